@@ -1,0 +1,17 @@
+//! Configuration: the TOML file as written ([`raw`]) and the validated, compiled form the
+//! server reads ([`Resolved`]).
+//!
+//! Brief overview: [`load_file`] reads and resolves a file; [`for_directory`] builds the
+//! no-config default (`ramjet serve DIR`). Every error is a [`ConfigError`] naming the file,
+//! line and key. The request path only ever sees an `Arc<Resolved>`; reload builds a new one.
+#![forbid(unsafe_code)]
+
+mod error;
+pub mod raw;
+mod resolve;
+mod resolved;
+mod units;
+
+pub use error::ConfigError;
+pub use resolve::{for_directory, load_file, load_str};
+pub use resolved::{FileCacheOptions, Limits, Location, Resolved, Timeouts, VHost};

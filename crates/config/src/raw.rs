@@ -1,0 +1,111 @@
+//! The configuration as written (serde). Unknown keys are errors, so a typo is never
+//! silently ignored. Everything is optional; [`crate::resolve`] fills defaults.
+
+use std::collections::BTreeMap;
+
+use ramjet_observe::{LogFormat, LogTarget};
+use ramjet_static_files::{Encoding, SymlinkPolicy};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::units::{Seconds, Size};
+
+/// The whole file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// Addresses to listen on, e.g. `["0.0.0.0:8080", "[::]:8080"]`.
+    pub listen: Option<Vec<Spanned<String>>>,
+    /// Worker threads: a number or "auto" (one per CPU).
+    pub workers: Option<Workers>,
+    /// Pin worker i to CPU i.
+    pub pin_workers: Option<bool>,
+    pub limits: Option<RawLimits>,
+    pub timeouts: Option<RawTimeouts>,
+    pub log: Option<RawLog>,
+    pub file_cache: Option<RawFileCache>,
+    /// Options inherited by every location.
+    pub defaults: Option<RawLocation>,
+    /// Locations of the default virtual host.
+    pub location: Option<Vec<RawLocation>>,
+    pub vhost: Option<Vec<RawVHost>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Workers {
+    Count(usize),
+    Auto(String),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    pub max_target: Option<Size>,
+    pub max_head: Option<Size>,
+    pub max_body: Option<Size>,
+    pub max_connections: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTimeouts {
+    /// Whole request head must arrive within this (slowloris defence).
+    pub header: Option<Seconds>,
+    /// Idle keep-alive connection is closed after this.
+    pub keepalive: Option<Seconds>,
+    /// A write that makes no progress for this long closes the connection.
+    pub send: Option<Seconds>,
+    /// On TERM/INT, in-flight responses get this long to finish.
+    pub shutdown: Option<Seconds>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLog {
+    /// "off", "stdout", "stderr" or a file path.
+    pub access: Option<LogTarget>,
+    pub format: Option<LogFormat>,
+    /// Diagnostics level: error, warn, info, debug, trace.
+    pub level: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFileCache {
+    /// Open files (with metadata and response head) kept per worker.
+    pub entries: Option<usize>,
+    /// Bytes of small-file bodies kept in memory per worker.
+    pub memory: Option<Size>,
+    /// Files up to this size are served from memory.
+    pub small_file_max: Option<Size>,
+    /// How long a cached entry is trusted before its file is checked for changes.
+    pub valid: Option<Seconds>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawVHost {
+    /// Host names; "*.example.com" matches subdomains; "*" matches anything.
+    pub names: Vec<String>,
+    /// Shorthand for a "/" location with this root.
+    pub root: Option<Spanned<String>>,
+    pub location: Option<Vec<RawLocation>>,
+}
+
+/// A location (or the `[defaults]` every location inherits from).
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLocation {
+    /// Path prefix this location serves, e.g. "/pub/". The longest matching prefix wins.
+    pub path: Option<Spanned<String>>,
+    pub root: Option<Spanned<String>>,
+    pub autoindex: Option<bool>,
+    pub symlinks: Option<SymlinkPolicy>,
+    pub index: Option<Vec<String>>,
+    pub precompressed: Option<Vec<Encoding>>,
+    /// Extension to media type overrides, e.g. `{ log = "text/plain" }`.
+    pub types: Option<BTreeMap<String, String>>,
+    pub charset: Option<String>,
+    pub max_ranges: Option<usize>,
+}

@@ -1,0 +1,404 @@
+//! RawConfig -> Resolved: defaults, inheritance (defaults -> location), validation.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ramjet_observe::{AccessLogOptions, LogFormat, LogTarget};
+use ramjet_static_files::{StaticOptions, SymlinkPolicy, DEFAULT_MAX_RANGES};
+use toml::Spanned;
+
+use crate::error::{line_of, ConfigError};
+use crate::raw::{RawConfig, RawLocation, Workers};
+use crate::resolved::{FileCacheOptions, Limits, Location, Resolved, Timeouts, VHost};
+
+/// Default listen port when no address is configured.
+pub const DEFAULT_PORT: u16 = 8080;
+/// Slowloris defence: the whole head must arrive within this (nginx client_header_timeout 60s;
+/// shorter, because nothing legitimate needs more).
+const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(20);
+/// nginx keepalive_timeout is 75 s; Apache's KeepAliveTimeout 5 s. Mirrors want the middle.
+const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
+/// nginx send_timeout.
+const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(60);
+const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+/// A GET body is read and dropped up to this (nginx client_max_body_size is 1 MiB).
+const DEFAULT_MAX_BODY: u64 = 1 << 20;
+/// Leaves room under the 20,000-fd hard limit of this machine for cache fds and logs.
+const DEFAULT_MAX_CONNECTIONS: usize = 100_000;
+const DEFAULT_CACHE_ENTRIES: usize = 4096;
+const DEFAULT_CACHE_MEMORY: u64 = 64 << 20;
+/// Files up to this size are served from memory with one writev; larger go by sendfile.
+const DEFAULT_SMALL_FILE_MAX: u64 = 64 << 10;
+/// nginx open_file_cache_valid is 60 s; one second keeps edits visible almost at once.
+const DEFAULT_CACHE_VALID: Duration = Duration::from_secs(1);
+
+/// Read and resolve a configuration file.
+pub fn load_file(path: &Path) -> Result<Resolved, ConfigError> {
+    let name = path.display().to_string();
+    let src = std::fs::read_to_string(path).map_err(|e| ConfigError {
+        file: name.clone(),
+        line: None,
+        key: None,
+        message: format!("cannot read: {e}"),
+    })?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    load_str(&src, &name, base)
+}
+
+/// Resolve configuration text; relative roots are taken from `base`.
+pub fn load_str(src: &str, name: &str, base: &Path) -> Result<Resolved, ConfigError> {
+    let de = toml::Deserializer::parse(src).map_err(|e| toml_error(src, name, None, &e))?;
+    let raw: RawConfig = serde_path_to_error::deserialize(de).map_err(|e| {
+        let key = e.path().to_string();
+        toml_error(src, name, Some(key), e.inner())
+    })?;
+    Resolver { src, name, base }.resolve(raw)
+}
+
+/// The configuration `ramjet serve DIR` uses when no file is given.
+pub fn for_directory(
+    dir: &Path,
+    listen: &[SocketAddr],
+    autoindex: bool,
+) -> Result<Resolved, ConfigError> {
+    let mut raw = RawConfig::default();
+    if !listen.is_empty() {
+        raw.listen = Some(
+            listen
+                .iter()
+                .map(|a| Spanned::new(0..0, a.to_string()))
+                .collect(),
+        );
+    }
+    raw.location = Some(vec![RawLocation {
+        path: None,
+        root: Some(Spanned::new(0..0, dir.display().to_string())),
+        autoindex: Some(autoindex),
+        ..RawLocation::default()
+    }]);
+    Resolver {
+        src: "",
+        name: "<default>",
+        base: Path::new("."),
+    }
+    .resolve(raw)
+}
+
+fn toml_error(src: &str, name: &str, key: Option<String>, e: &toml::de::Error) -> ConfigError {
+    let key = key.filter(|k| !k.is_empty() && k != ".");
+    ConfigError {
+        file: name.to_string(),
+        line: e.span().map(|s| line_of(src, s.start)),
+        key,
+        message: e.message().trim().to_string(),
+    }
+}
+
+struct Resolver<'a> {
+    src: &'a str,
+    name: &'a str,
+    base: &'a Path,
+}
+
+impl Resolver<'_> {
+    fn err(&self, span: Option<std::ops::Range<usize>>, key: &str, message: String) -> ConfigError {
+        ConfigError {
+            file: self.name.to_string(),
+            line: span
+                .filter(|s| s.end > 0)
+                .map(|s| line_of(self.src, s.start)),
+            key: Some(key.to_string()),
+            message,
+        }
+    }
+
+    fn resolve(&self, raw: RawConfig) -> Result<Resolved, ConfigError> {
+        let listen = match &raw.listen {
+            None => vec![
+                SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
+                SocketAddr::from(([0u16; 8], DEFAULT_PORT)),
+            ],
+            Some(list) => {
+                let mut out = Vec::new();
+                for (i, a) in list.iter().enumerate() {
+                    let addr = a.get_ref().parse::<SocketAddr>().map_err(|_| {
+                        self.err(
+                            Some(a.span()),
+                            &format!("listen[{i}]"),
+                            format!("`{}` is not an address:port (e.g. \"0.0.0.0:8080\" or \"[::]:8080\")", a.get_ref()),
+                        )
+                    })?;
+                    out.push(addr);
+                }
+                if out.is_empty() {
+                    return Err(self.err(None, "listen", "needs at least one address".into()));
+                }
+                out
+            }
+        };
+        let workers = match raw.workers {
+            None => 0,
+            Some(Workers::Count(0)) => {
+                return Err(self.err(None, "workers", "must be at least 1 (or \"auto\")".into()))
+            }
+            Some(Workers::Count(n)) => n,
+            Some(Workers::Auto(s)) if s == "auto" => 0,
+            Some(Workers::Auto(s)) => {
+                return Err(self.err(
+                    None,
+                    "workers",
+                    format!("`{s}` is not a number or \"auto\""),
+                ))
+            }
+        };
+        let workers = if workers == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            workers
+        };
+        let l = raw.limits.unwrap_or_default();
+        let defaults = ramjet_http1::Limits::default();
+        let limits = Limits {
+            http1: ramjet_http1::Limits {
+                max_target: l.max_target.map_or(defaults.max_target, |s| s.0 as usize),
+                max_head: l.max_head.map_or(defaults.max_head, |s| s.0 as usize),
+            },
+            max_body: l.max_body.map_or(DEFAULT_MAX_BODY, |s| s.0),
+            max_connections: l.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+        };
+        if limits.http1.max_head < 1024 {
+            return Err(self.err(None, "limits.max_head", "must be at least 1k".into()));
+        }
+        let t = raw.timeouts.unwrap_or_default();
+        let timeouts = Timeouts {
+            header: t.header.map_or(DEFAULT_HEADER_TIMEOUT, |s| s.0),
+            keepalive: t.keepalive.map_or(DEFAULT_KEEPALIVE_TIMEOUT, |s| s.0),
+            send: t.send.map_or(DEFAULT_SEND_TIMEOUT, |s| s.0),
+            shutdown: t.shutdown.map_or(DEFAULT_SHUTDOWN_TIMEOUT, |s| s.0),
+        };
+        let log = raw.log.unwrap_or_default();
+        let access_log = AccessLogOptions {
+            target: log.access.unwrap_or(LogTarget::Off),
+            format: log.format.unwrap_or(LogFormat::Combined),
+        };
+        let access_log = match access_log.target {
+            LogTarget::File(ref p) if p.is_relative() => AccessLogOptions {
+                target: LogTarget::File(self.base.join(p)),
+                ..access_log
+            },
+            _ => access_log,
+        };
+        let log_level = log.level.unwrap_or_else(|| "info".into());
+        if !matches!(
+            log_level.as_str(),
+            "error" | "warn" | "info" | "debug" | "trace"
+        ) {
+            return Err(self.err(
+                None,
+                "log.level",
+                format!("`{log_level}` is not one of error, warn, info, debug, trace"),
+            ));
+        }
+        let c = raw.file_cache.unwrap_or_default();
+        let file_cache = FileCacheOptions {
+            entries: c.entries.unwrap_or(DEFAULT_CACHE_ENTRIES).max(1),
+            memory: c.memory.map_or(DEFAULT_CACHE_MEMORY, |s| s.0),
+            small_file_max: c.small_file_max.map_or(DEFAULT_SMALL_FILE_MAX, |s| s.0),
+            valid: c.valid.map_or(DEFAULT_CACHE_VALID, |s| s.0),
+        };
+
+        let defaults = raw.defaults.unwrap_or_default();
+        let mut next_id = 0;
+        let mut vhosts = Vec::new();
+        if let Some(locs) = raw.location {
+            let locations = self.locations(&defaults, None, locs, "location", &mut next_id)?;
+            vhosts.push(VHost {
+                names: vec!["*".into()],
+                locations,
+            });
+        }
+        for (i, v) in raw.vhost.unwrap_or_default().into_iter().enumerate() {
+            if v.names.is_empty() {
+                return Err(self.err(
+                    None,
+                    &format!("vhost[{i}].names"),
+                    "needs at least one name".into(),
+                ));
+            }
+            let key = format!("vhost[{i}].location");
+            let locations = self.locations(
+                &defaults,
+                v.root,
+                v.location.unwrap_or_default(),
+                &key,
+                &mut next_id,
+            )?;
+            vhosts.push(VHost {
+                names: v.names.iter().map(|n| n.to_ascii_lowercase()).collect(),
+                locations,
+            });
+        }
+        if vhosts.is_empty() {
+            return Err(self.err(
+                None,
+                "location",
+                "nothing to serve: add a [[location]] with a root, or a [[vhost]]".into(),
+            ));
+        }
+        let default_vhost = vhosts
+            .iter()
+            .position(|v| v.names.iter().any(|n| n == "*"))
+            .unwrap_or(0);
+        Ok(Resolved {
+            source: self.name.to_string(),
+            listen,
+            workers,
+            pin_workers: raw.pin_workers.unwrap_or(false),
+            limits,
+            timeouts,
+            access_log,
+            log_level,
+            file_cache,
+            vhosts,
+            default_vhost,
+        })
+    }
+
+    fn locations(
+        &self,
+        defaults: &RawLocation,
+        vhost_root: Option<Spanned<String>>,
+        mut raw: Vec<RawLocation>,
+        key: &str,
+        next_id: &mut usize,
+    ) -> Result<Vec<Location>, ConfigError> {
+        if let Some(root) = vhost_root {
+            if !raw
+                .iter()
+                .any(|l| l.path.as_ref().is_none_or(|p| p.get_ref() == "/"))
+            {
+                raw.push(RawLocation {
+                    root: Some(root),
+                    ..RawLocation::default()
+                });
+            }
+        }
+        let mut out: Vec<Location> = Vec::new();
+        for (i, loc) in raw.into_iter().enumerate() {
+            let key = format!("{key}[{i}]");
+            let prefix = loc
+                .path
+                .as_ref()
+                .map_or("/".to_string(), |p| p.get_ref().clone());
+            if !prefix.starts_with('/') {
+                return Err(self.err(
+                    loc.path.as_ref().map(|p| p.span()),
+                    &format!("{key}.path"),
+                    format!("`{prefix}` must start with /"),
+                ));
+            }
+            if out.iter().any(|l| l.prefix == prefix) {
+                return Err(self.err(
+                    loc.path.as_ref().map(|p| p.span()),
+                    &format!("{key}.path"),
+                    format!("`{prefix}` is already a location of this host"),
+                ));
+            }
+            let statics = self.statics(defaults, &loc, &key)?;
+            out.push(Location {
+                id: *next_id,
+                prefix,
+                statics,
+            });
+            *next_id += 1;
+        }
+        if out.is_empty() {
+            return Err(self.err(
+                None,
+                key,
+                "a virtual host needs a root or at least one location".into(),
+            ));
+        }
+        out.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
+        Ok(out)
+    }
+
+    fn statics(
+        &self,
+        d: &RawLocation,
+        l: &RawLocation,
+        key: &str,
+    ) -> Result<StaticOptions, ConfigError> {
+        let Some(root) = l.root.as_ref().or(d.root.as_ref()) else {
+            return Err(self.err(
+                l.path.as_ref().map(|p| p.span()),
+                &format!("{key}.root"),
+                "missing: every location needs a document root".into(),
+            ));
+        };
+        let mut root_path = PathBuf::from(root.get_ref());
+        if root_path.is_relative() {
+            root_path = self.base.join(root_path);
+        }
+        let dir = File::open(&root_path)
+            .and_then(|f| {
+                if f.metadata()?.is_dir() {
+                    Ok(f)
+                } else {
+                    Err(std::io::Error::other("not a directory"))
+                }
+            })
+            .map_err(|e| {
+                self.err(
+                    Some(root.span()),
+                    &format!("{key}.root"),
+                    format!("{}: {e}", root_path.display()),
+                )
+            })?;
+        let types: HashMap<String, String> = d
+            .types
+            .iter()
+            .chain(l.types.iter())
+            .flat_map(|m| m.iter())
+            .map(|(k, v)| (k.trim_start_matches('.').to_ascii_lowercase(), v.clone()))
+            .collect();
+        Ok(StaticOptions {
+            root_path,
+            root: Arc::new(dir),
+            autoindex: l.autoindex.or(d.autoindex).unwrap_or(false),
+            symlinks: l
+                .symlinks
+                .or(d.symlinks)
+                .unwrap_or(SymlinkPolicy::InsideRoot),
+            index: l
+                .index
+                .clone()
+                .or_else(|| d.index.clone())
+                .unwrap_or_else(|| vec!["index.html".into()]),
+            precompressed: l
+                .precompressed
+                .clone()
+                .or_else(|| d.precompressed.clone())
+                .unwrap_or_default(),
+            types,
+            charset: l
+                .charset
+                .clone()
+                .or_else(|| d.charset.clone())
+                .or_else(|| Some("utf-8".into()))
+                .filter(|c| !c.is_empty()),
+            max_ranges: l
+                .max_ranges
+                .or(d.max_ranges)
+                .unwrap_or(DEFAULT_MAX_RANGES)
+                .max(1),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,151 @@
+//! The validated, compiled configuration. Immutable: reload builds a new one and swaps the
+//! `Arc`, so a request sees one consistent configuration from start to end.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use ramjet_observe::AccessLogOptions;
+use ramjet_static_files::StaticOptions;
+
+/// Everything the server needs, resolved and checked.
+#[derive(Debug)]
+pub struct Resolved {
+    /// The file this came from, or "<default>".
+    pub source: String,
+    pub listen: Vec<SocketAddr>,
+    pub workers: usize,
+    pub pin_workers: bool,
+    pub limits: Limits,
+    pub timeouts: Timeouts,
+    pub access_log: AccessLogOptions,
+    /// Diagnostics level filter (tracing syntax), e.g. "info".
+    pub log_level: String,
+    pub file_cache: FileCacheOptions,
+    pub vhosts: Vec<VHost>,
+    /// Index into `vhosts` used when no name matches.
+    pub default_vhost: usize,
+}
+
+/// Request limits.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub http1: ramjet_http1::Limits,
+    /// Largest request body consumed (and discarded) on a static location; more is 413.
+    pub max_body: u64,
+    /// Open client connections per worker; past it new connections are closed at once.
+    pub max_connections: usize,
+}
+
+/// Connection timeouts.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub header: Duration,
+    pub keepalive: Duration,
+    pub send: Duration,
+    pub shutdown: Duration,
+}
+
+/// Per-worker open-file cache sizing.
+#[derive(Debug, Clone, Copy)]
+pub struct FileCacheOptions {
+    pub entries: usize,
+    pub memory: u64,
+    pub small_file_max: u64,
+    pub valid: Duration,
+}
+
+/// A virtual host: names and its locations, longest prefix first.
+#[derive(Debug)]
+pub struct VHost {
+    /// Lower-case names; "*.x" matches subdomains of x, "*" matches any host.
+    pub names: Vec<String>,
+    pub locations: Vec<Location>,
+}
+
+/// A location: a path prefix and what serves it.
+#[derive(Debug)]
+pub struct Location {
+    /// Unique within one `Resolved`; keys per-worker caches together with the generation.
+    pub id: usize,
+    pub prefix: String,
+    pub statics: StaticOptions,
+}
+
+impl Resolved {
+    /// The virtual host for a Host value (port ignored, case-insensitive).
+    pub fn vhost(&self, host: Option<&[u8]>) -> &VHost {
+        let Some(host) = host else {
+            return &self.vhosts[self.default_vhost];
+        };
+        let host = strip_port(host);
+        let host = host.strip_suffix(b".").unwrap_or(host);
+        // nginx order: exact name, then the longest "*.suffix" wildcard, then the default.
+        let exact = self.vhosts.iter().find(|v| {
+            v.names
+                .iter()
+                .any(|n| host.eq_ignore_ascii_case(n.as_bytes()))
+        });
+        let wildcard = || {
+            self.vhosts
+                .iter()
+                .flat_map(|v| v.names.iter().map(move |n| (v, n)))
+                .filter(|(_, n)| n.starts_with("*.") && name_matches(n, host))
+                .max_by_key(|(_, n)| n.len())
+                .map(|(v, _)| v)
+        };
+        exact
+            .or_else(wildcard)
+            .unwrap_or(&self.vhosts[self.default_vhost])
+    }
+
+    /// The location for a normalised path within the chosen virtual host.
+    pub fn route(&self, host: Option<&[u8]>, path: &str) -> Option<&Location> {
+        self.vhost(host)
+            .locations
+            .iter()
+            .find(|l| path.starts_with(l.prefix.as_str()))
+    }
+}
+
+fn strip_port(host: &[u8]) -> &[u8] {
+    if host.first() == Some(&b'[') {
+        let end = host
+            .iter()
+            .position(|&b| b == b']')
+            .map_or(host.len(), |p| p + 1);
+        return &host[..end];
+    }
+    match host.iter().rposition(|&b| b == b':') {
+        Some(p) => &host[..p],
+        None => host,
+    }
+}
+
+fn name_matches(name: &str, host: &[u8]) -> bool {
+    if name == "*" {
+        return true;
+    }
+    if let Some(suffix) = name.strip_prefix("*.") {
+        let suffix = suffix.as_bytes();
+        return host.len() > suffix.len() + 1
+            && host[host.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+            && host[host.len() - suffix.len() - 1] == b'.';
+    }
+    host.eq_ignore_ascii_case(name.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_matching() {
+        assert_eq!(strip_port(b"a.com:80"), b"a.com");
+        assert_eq!(strip_port(b"[::1]:80"), b"[::1]");
+        assert!(name_matches("a.com", b"A.COM"));
+        assert!(name_matches("*.a.com", b"www.a.com"));
+        assert!(!name_matches("*.a.com", b"a.com"));
+        assert!(!name_matches("*.a.com", b"wwwa.com"));
+        assert!(name_matches("*", b"x"));
+    }
+}

@@ -1,0 +1,173 @@
+//! Access log line formats, written straight into a byte buffer (no per-line allocation).
+
+use std::io::Write;
+use std::net::IpAddr;
+
+use crate::options::LogFormat;
+
+/// What the pipeline records for one request, once, also for errors and aborts.
+#[derive(Debug, Clone)]
+pub struct Entry<'a> {
+    pub remote: IpAddr,
+    /// Unix time of the request's start, seconds.
+    pub unix_secs: u64,
+    /// The request line as received (empty when none was read, e.g. a timeout).
+    pub request_line: &'a [u8],
+    pub host: Option<&'a [u8]>,
+    pub status: u16,
+    /// Body bytes written to the client.
+    pub body_bytes: u64,
+    pub referer: Option<&'a [u8]>,
+    pub user_agent: Option<&'a [u8]>,
+    /// Time from the first byte of the request to the last byte of the response.
+    pub micros: u64,
+}
+
+/// Caches the formatted timestamp of the current second.
+#[derive(Debug, Default)]
+pub(crate) struct Stamp {
+    secs: u64,
+    clf: [u8; 26],
+    iso: [u8; 20],
+}
+
+impl Stamp {
+    fn refresh(&mut self, secs: u64) {
+        if secs == self.secs && self.clf[0] != 0 {
+            return;
+        }
+        self.secs = secs;
+        let (y, mo, d) = civil_from_days((secs / 86_400) as i64);
+        let rem = secs % 86_400;
+        let (h, mi, s) = (rem / 3600, rem / 60 % 60, rem % 60);
+        const MONTHS: [&str; 12] = [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ];
+        let mut clf = &mut self.clf[..];
+        let _ = write!(
+            clf,
+            "{d:02}/{}/{y:04}:{h:02}:{mi:02}:{s:02} +0000",
+            MONTHS[mo as usize - 1]
+        );
+        let mut iso = &mut self.iso[..];
+        let _ = write!(iso, "{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}Z");
+    }
+}
+
+/// Howard Hinnant's days-to-civil algorithm (proleptic Gregorian, UTC).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+impl Entry<'_> {
+    pub(crate) fn write(&self, format: LogFormat, stamp: &mut Stamp, out: &mut Vec<u8>) {
+        stamp.refresh(self.unix_secs);
+        match format {
+            LogFormat::Common | LogFormat::Combined => {
+                let _ = write!(out, "{} - - [", self.remote);
+                out.extend_from_slice(&stamp.clf);
+                out.extend_from_slice(b"] \"");
+                escape_clf(self.request_line, out);
+                out.extend_from_slice(b"\" ");
+                out.extend_from_slice(itoa::Buffer::new().format(self.status).as_bytes());
+                out.push(b' ');
+                if self.body_bytes == 0 {
+                    out.push(b'-');
+                } else {
+                    out.extend_from_slice(itoa::Buffer::new().format(self.body_bytes).as_bytes());
+                }
+                if format == LogFormat::Combined {
+                    for field in [self.referer, self.user_agent] {
+                        out.extend_from_slice(b" \"");
+                        match field {
+                            Some(v) => escape_clf(v, out),
+                            None => out.push(b'-'),
+                        }
+                        out.push(b'"');
+                    }
+                }
+                out.push(b'\n');
+            }
+            LogFormat::Json => {
+                let text = |v: Option<&[u8]>| v.map(|v| String::from_utf8_lossy(v).into_owned());
+                let line = serde_json::json!({
+                    "time": std::str::from_utf8(&stamp.iso).unwrap_or(""),
+                    "remote": self.remote.to_string(),
+                    "host": text(self.host),
+                    "request": String::from_utf8_lossy(self.request_line),
+                    "status": self.status,
+                    "bytes": self.body_bytes,
+                    "referer": text(self.referer),
+                    "user_agent": text(self.user_agent),
+                    "duration_us": self.micros,
+                });
+                let _ = serde_json::to_writer(&mut *out, &line);
+                out.push(b'\n');
+            }
+        }
+    }
+}
+
+/// nginx-style escaping: `"`, `\` and bytes outside printable ASCII become `\xHH`.
+fn escape_clf(v: &[u8], out: &mut Vec<u8>) {
+    for &b in v {
+        if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
+            let _ = write!(out, "\\x{b:02X}");
+        } else {
+            out.push(b);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry() -> Entry<'static> {
+        Entry {
+            remote: "127.0.0.1".parse().unwrap(),
+            unix_secs: 971_186_136, // 2000-10-10 13:55:36 UTC
+            request_line: b"GET /a\"b HTTP/1.1",
+            host: Some(b"h"),
+            status: 200,
+            body_bytes: 2326,
+            referer: None,
+            user_agent: Some(b"curl/8"),
+            micros: 12,
+        }
+    }
+
+    #[test]
+    fn combined_and_common() {
+        let mut out = Vec::new();
+        let mut stamp = Stamp::default();
+        entry().write(LogFormat::Combined, &mut stamp, &mut out);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "127.0.0.1 - - [10/Oct/2000:13:55:36 +0000] \"GET /a\\x22b HTTP/1.1\" 200 2326 \"-\" \"curl/8\"\n"
+        );
+        let mut out = Vec::new();
+        entry().write(LogFormat::Common, &mut stamp, &mut out);
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .ends_with("HTTP/1.1\" 200 2326\n"));
+    }
+
+    #[test]
+    fn json_line() {
+        let mut out = Vec::new();
+        entry().write(LogFormat::Json, &mut Stamp::default(), &mut out);
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["time"], "2000-10-10T13:55:36Z");
+        assert_eq!(v["status"], 200);
+        assert_eq!(v["request"], "GET /a\"b HTTP/1.1");
+    }
+}

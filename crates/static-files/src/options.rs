@@ -1,0 +1,74 @@
+//! The resolved options of a static location: what the handler reads per request.
+//! Built once by the config crate; never changed afterwards (reload builds new ones).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// When a symlink inside the document root may be followed. Whatever the policy, the kernel
+/// refuses any resolution that leaves the root (`openat2` with `RESOLVE_BENEATH`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SymlinkPolicy {
+    /// Follow symlinks whose target stays inside the root (nginx's default, minus escapes).
+    InsideRoot,
+    /// Follow only when the link and its target have the same owner (Apache's
+    /// `SymLinksIfOwnerMatch`).
+    OwnerMatch,
+    /// Never follow a symlink (nginx `disable_symlinks on`).
+    Never,
+}
+
+/// A content coding whose precompressed sibling file may be served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    Zstd,
+    Br,
+    Gzip,
+}
+
+impl Encoding {
+    /// The `Content-Encoding` token (RFC 9110 §8.4.1).
+    pub fn token(self) -> &'static str {
+        match self {
+            Encoding::Zstd => "zstd",
+            Encoding::Br => "br",
+            Encoding::Gzip => "gzip",
+        }
+    }
+
+    /// The file-name suffix of the sibling (`.zst`, `.br`, `.gz`).
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Encoding::Zstd => ".zst",
+            Encoding::Br => ".br",
+            Encoding::Gzip => ".gz",
+        }
+    }
+}
+
+/// Options of one static location, resolved.
+#[derive(Debug, Clone)]
+pub struct StaticOptions {
+    /// The document root as configured (for messages).
+    pub root_path: PathBuf,
+    /// The document root, opened once; every file open is resolved beneath it.
+    pub root: Arc<File>,
+    pub autoindex: bool,
+    pub symlinks: SymlinkPolicy,
+    /// Index file names tried in order for a directory.
+    pub index: Vec<String>,
+    /// Precompressed siblings tried in this order of preference.
+    pub precompressed: Vec<Encoding>,
+    /// Extension (lower case, no dot) to media type; overrides the built-in table.
+    pub types: HashMap<String, String>,
+    /// Charset added to `text/*`, JavaScript and JSON types (e.g. "utf-8").
+    pub charset: Option<String>,
+    /// Most ranges served in one multipart response; more serves the whole file.
+    pub max_ranges: usize,
+}
+
+/// Default cap on ranges per request (after coalescing).
+pub const DEFAULT_MAX_RANGES: usize = 16;
