@@ -10,8 +10,10 @@ mod error;
 pub mod raw;
 mod resolve;
 mod resolved;
+mod statics;
 mod units;
 
 pub use error::ConfigError;
 pub use resolve::{for_directory, load_file, load_str};
 pub use resolved::{FileCacheOptions, Limits, Location, Resolved, Timeouts, VHost};
+pub use statics::{Encoding, StaticOptions, SymlinkPolicy, DEFAULT_MAX_RANGES};

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use ramjet_observe::{LogFormat, LogTarget};
-use ramjet_static_files::{Encoding, SymlinkPolicy};
+use crate::statics::{Encoding, SymlinkPolicy};
 use serde::Deserialize;
 use toml::Spanned;
 

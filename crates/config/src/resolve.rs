@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ramjet_observe::{AccessLogOptions, LogFormat, LogTarget};
-use ramjet_static_files::{StaticOptions, SymlinkPolicy, DEFAULT_MAX_RANGES};
+use crate::statics::{StaticOptions, SymlinkPolicy, DEFAULT_MAX_RANGES};
 use toml::Spanned;
 
 use crate::error::{line_of, ConfigError};

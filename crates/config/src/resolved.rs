@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use ramjet_observe::AccessLogOptions;
-use ramjet_static_files::StaticOptions;
+use crate::statics::StaticOptions;
 
 /// Everything the server needs, resolved and checked.
 #[derive(Debug)]

@@ -12,6 +12,7 @@ mod body;
 mod error;
 mod limits;
 mod method;
+pub mod path;
 pub mod range;
 mod request;
 mod response;

@@ -1,1 +1,15 @@
+//! Workers, listeners, timers, signals and shutdown; `sys` holds every syscall.
+//!
+//! Brief overview: [`bind`] opens one `SO_REUSEPORT` listener per worker per address;
+//! [`start`] runs N worker threads, each with its own tokio `current_thread` runtime and
+//! `LocalSet`, accepting on its own listeners and handing each connection to its [`Worker`];
+//! [`Server`] is the handle the main thread uses to reload and stop them; [`signals`] turns
+//! Unix signals into [`signals::Signal`]s. The worker knows nothing of HTTP.
 
+mod listen;
+pub mod signals;
+pub mod sys;
+mod worker;
+
+pub use listen::{bind, Listeners};
+pub use worker::{start, Server, Worker};

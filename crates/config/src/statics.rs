@@ -1,4 +1,4 @@
-//! The resolved options of a static location: what the handler reads per request.
+//! The `[[location]]` options of the static-file handler, resolved: what it reads per request.
 //! Built once by the config crate; never changed afterwards (reload builds new ones).
 
 use std::collections::HashMap;

@@ -1,0 +1,83 @@
+//! Listening sockets: one per worker per address, all bound with `SO_REUSEPORT` so the
+//! kernel spreads connections across workers (and across processes, for a multi-process
+//! or upgrade mode later).
+
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// Accept queue length; the kernel caps it at net.core.somaxconn (4096 here).
+const BACKLOG: i32 = 4096;
+
+/// Listeners for each worker: `per_worker[w]` holds worker w's sockets, one per address.
+#[derive(Debug)]
+pub struct Listeners {
+    pub per_worker: Vec<Vec<TcpListener>>,
+    /// The bound addresses (port 0 resolved to the real port).
+    pub addrs: Vec<SocketAddr>,
+}
+
+/// Bind every address once per worker. A port of 0 is resolved by the first bind and the
+/// same port is then used by the other workers. An IPv6 wildcard that cannot be bound
+/// because the host has no IPv6 is skipped with a warning.
+pub fn bind(addrs: &[SocketAddr], workers: usize) -> io::Result<Listeners> {
+    let mut per_worker: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut bound = Vec::new();
+    for &want in addrs {
+        let first = match open(want) {
+            Ok(s) => s,
+            Err(e) if want.is_ipv6() && want.ip().is_unspecified() && is_no_ipv6(&e) => {
+                tracing::warn!("skipping {want}: IPv6 is not available on this host ({e})");
+                continue;
+            }
+            Err(e) => return Err(explain(want, e)),
+        };
+        let actual = first.local_addr()?;
+        bound.push(actual);
+        per_worker[0].push(first);
+        for list in per_worker.iter_mut().skip(1) {
+            list.push(open(actual).map_err(|e| explain(actual, e))?);
+        }
+    }
+    if bound.is_empty() {
+        return Err(io::Error::other("no address could be bound"));
+    }
+    Ok(Listeners {
+        per_worker,
+        addrs: bound,
+    })
+}
+
+fn open(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        // Separate v4 and v6 sockets, so "[::]:8080" never collides with "0.0.0.0:8080".
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_tcp_nodelay(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(BACKLOG)?;
+    Ok(socket.into())
+}
+
+fn is_no_ipv6(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EAFNOSUPPORT) | Some(libc::EADDRNOTAVAIL) | Some(libc::EPROTONOSUPPORT)
+    )
+}
+
+/// Turn bind errors into something a person can act on.
+fn explain(addr: SocketAddr, e: io::Error) -> io::Error {
+    let hint = match e.kind() {
+        io::ErrorKind::AddrInUse => "another process is listening there; stop it or choose another port (--listen / listen = [...])",
+        io::ErrorKind::PermissionDenied => "ports below 1024 need root or CAP_NET_BIND_SERVICE",
+        io::ErrorKind::AddrNotAvailable => "that address is not configured on this host",
+        _ => "",
+    };
+    io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}. {hint}"))
+}

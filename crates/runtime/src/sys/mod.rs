@@ -1,0 +1,15 @@
+//! Every syscall ramjet makes outside tokio and std, in one place.
+//!
+//! Contract: functions here are thin, synchronous and non-blocking unless their name says
+//! `blocking_`; callers on the event loop must only call the non-blocking ones. `unsafe` is
+//! allowed only in this module, and every use carries a `// SAFETY:` line.
+
+mod file;
+mod process;
+mod residency;
+mod send;
+
+pub use file::{open_beneath, stat_beneath, FileStat, OpenPolicy};
+pub use process::{pin_to_cpu, raise_nofile_limit};
+pub use residency::{blocking_warm, is_resident};
+pub use send::sendfile;

@@ -1,0 +1,28 @@
+use std::io;
+
+/// Raise `RLIMIT_NOFILE` towards `want`: the soft limit up to the hard one, and the hard one
+/// too when permitted. Returns the soft limit now in force.
+pub fn raise_nofile_limit(want: u64) -> io::Result<u64> {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let cur = getrlimit(Resource::Nofile);
+    let hard = cur.maximum.unwrap_or(u64::MAX);
+    if hard < want
+        && setrlimit(Resource::Nofile, Rlimit { current: Some(want), maximum: Some(want) }).is_ok()
+    {
+        return Ok(want);
+    }
+    let soft = want.min(hard);
+    if cur.current.is_some_and(|c| c >= soft) {
+        return Ok(cur.current.unwrap_or(soft));
+    }
+    setrlimit(Resource::Nofile, Rlimit { current: Some(soft), maximum: cur.maximum })?;
+    Ok(soft)
+}
+
+/// Pin the calling thread to one CPU.
+pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
+    let mut set = rustix::thread::CpuSet::new();
+    set.set(cpu);
+    rustix::thread::sched_setaffinity(None, &set)?;
+    Ok(())
+}

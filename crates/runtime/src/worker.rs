@@ -1,0 +1,191 @@
+//! Worker threads: one tokio `current_thread` runtime + `LocalSet` each, accepting on their
+//! own listeners. Nothing is shared between workers on the hot path.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::{spawn_local, LocalSet};
+
+use crate::listen::Listeners;
+use crate::sys;
+
+/// How often [`Worker::tick`] runs.
+const TICK: Duration = Duration::from_secs(1);
+/// How often a draining worker checks whether its connections are gone.
+const DRAIN_POLL: Duration = Duration::from_millis(20);
+/// Pause after accept fails for lack of file descriptors, so the loop does not spin.
+const EMFILE_PAUSE: Duration = Duration::from_millis(50);
+
+/// The per-thread service a worker runs. Built on its own thread; never sent elsewhere.
+pub trait Worker: 'static {
+    /// The configuration type swapped on reload.
+    type Config: Send + Sync + 'static;
+    /// Serve one accepted connection until it closes. Runs as its own local task.
+    fn serve(self: Rc<Self>, stream: TcpStream, peer: SocketAddr) -> impl Future<Output = ()> + 'static;
+    /// A new configuration: requests that start from now on must use it.
+    fn reload(&self, config: Arc<Self::Config>);
+    /// Called about once a second (flush logs, expire caches).
+    fn tick(&self);
+    /// Shutdown began: idle connections should close; busy ones after their response.
+    fn begin_shutdown(&self);
+    /// Connections still open (drain waits for zero).
+    fn connections(&self) -> usize;
+    /// Last call on the worker thread: flush everything.
+    fn finish(&self);
+}
+
+/// The main thread's handle on the running workers.
+pub struct Server<C> {
+    config: watch::Sender<Arc<C>>,
+    stop: watch::Sender<Option<Duration>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl<C: Send + Sync + 'static> Server<C> {
+    /// Hand a new configuration to every worker.
+    pub fn reload(&self, config: Arc<C>) {
+        self.config.send_replace(config);
+    }
+
+    /// Stop accepting, let in-flight responses finish for up to `grace`, then return.
+    pub fn stop(self, grace: Duration) {
+        self.stop.send_replace(Some(grace));
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Start one worker thread per entry of `listeners.per_worker`.
+///
+/// `make(index, config)` builds each worker on its own thread. `pin` pins worker i to CPU
+/// i (mod the CPU count). `blocking_threads` bounds each worker's blocking pool (disk work).
+pub fn start<W, F>(
+    listeners: Listeners,
+    pin: bool,
+    blocking_threads: usize,
+    config: Arc<W::Config>,
+    make: F,
+) -> io::Result<Server<W::Config>>
+where
+    W: Worker,
+    F: Fn(usize, Arc<W::Config>) -> W + Send + Sync + 'static,
+{
+    let (config_tx, _) = watch::channel(config);
+    let (stop_tx, _) = watch::channel(None);
+    let make = Arc::new(make);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut threads = Vec::new();
+    for (index, socks) in listeners.per_worker.into_iter().enumerate() {
+        let config_rx = config_tx.subscribe();
+        let stop_rx = stop_tx.subscribe();
+        let make = make.clone();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .max_blocking_threads(blocking_threads.max(1))
+            .thread_name(format!("ramjet-blk{index}"))
+            .build()?;
+        let thread = std::thread::Builder::new()
+            .name(format!("ramjet-w{index}"))
+            .spawn(move || {
+                if pin {
+                    if let Err(e) = sys::pin_to_cpu(index % cpus) {
+                        tracing::warn!("worker {index}: cannot pin to CPU {}: {e}", index % cpus);
+                    }
+                }
+                let local = LocalSet::new();
+                local.block_on(&runtime, run_worker(index, socks, config_rx, stop_rx, make));
+            })?;
+        threads.push(thread);
+    }
+    Ok(Server {
+        config: config_tx,
+        stop: stop_tx,
+        threads,
+    })
+}
+
+async fn run_worker<W, F>(
+    index: usize,
+    socks: Vec<std::net::TcpListener>,
+    mut config_rx: watch::Receiver<Arc<W::Config>>,
+    mut stop_rx: watch::Receiver<Option<Duration>>,
+    make: Arc<F>,
+) where
+    W: Worker,
+    F: Fn(usize, Arc<W::Config>) -> W,
+{
+    let worker = Rc::new(make(index, config_rx.borrow_and_update().clone()));
+    let mut tasks = Vec::new();
+    for sock in socks {
+        match TcpListener::from_std(sock) {
+            Ok(listener) => tasks.push(spawn_local(accept_loop(worker.clone(), listener))),
+            Err(e) => tracing::error!("worker {index}: listener: {e}"),
+        }
+    }
+    let w = worker.clone();
+    tasks.push(spawn_local(async move {
+        while config_rx.changed().await.is_ok() {
+            let config = config_rx.borrow_and_update().clone();
+            w.reload(config);
+        }
+    }));
+    let w = worker.clone();
+    tasks.push(spawn_local(async move {
+        let mut every = tokio::time::interval(TICK);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            every.tick().await;
+            w.tick();
+        }
+    }));
+    let grace = loop {
+        if let Some(grace) = *stop_rx.borrow_and_update() {
+            break grace;
+        }
+        if stop_rx.changed().await.is_err() {
+            break Duration::ZERO;
+        }
+    };
+    // Aborting the accept loops drops (closes) this worker's listeners.
+    for t in &tasks {
+        t.abort();
+    }
+    worker.begin_shutdown();
+    let deadline = tokio::time::Instant::now() + grace;
+    while worker.connections() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(DRAIN_POLL).await;
+    }
+    if worker.connections() > 0 {
+        tracing::warn!(
+            "worker {index}: {} connection(s) still open after the {grace:?} shutdown timeout; closing",
+            worker.connections()
+        );
+    }
+    worker.finish();
+}
+
+async fn accept_loop<W: Worker>(worker: Rc<W>, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                spawn_local(worker.clone().serve(stream, peer));
+            }
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) => {
+                tracing::warn!("accept: out of file descriptors ({e}); pausing accepts");
+                tokio::time::sleep(EMFILE_PAUSE).await;
+            }
+            Err(e) => {
+                // ECONNABORTED and friends: the peer gave up before we accepted.
+                tracing::debug!("accept: {e}");
+            }
+        }
+    }
+}
