@@ -99,11 +99,11 @@ impl Resolved {
     }
 
     /// The location for a normalised path within the chosen virtual host.
-    pub fn route(&self, host: Option<&[u8]>, path: &str) -> Option<&Location> {
+    pub fn route(&self, host: Option<&[u8]>, path: &[u8]) -> Option<&Location> {
         self.vhost(host)
             .locations
             .iter()
-            .find(|l| path.starts_with(l.prefix.as_str()))
+            .find(|l| path.starts_with(l.prefix.as_bytes()))
     }
 }
 

@@ -1,1 +1,22 @@
+//! The per-connection state machine and the request stages.
+//!
+//! Brief overview: [`HttpWorker`] is the runtime's per-thread [`ramjet_runtime::Worker`]; it
+//! runs one [`conn`] loop per connection. Each request goes through the stages listed in
+//! [`stage::STAGES`]; the content stage asks a [`Content`] producer, which answers with an
+//! [`Outcome`]. Responses are [`Response`]s whose [`Body`] is bytes, a file range (sent by
+//! sendfile) or parts; the [`outbox`] turns a batch of them into writev/sendfile calls.
+#![forbid(unsafe_code)]
 
+mod conn;
+mod content;
+mod date;
+mod error_page;
+mod outbox;
+mod response;
+pub mod stage;
+mod worker;
+
+pub use content::{Content, Outcome, Request};
+pub use error_page::error_response;
+pub use response::{Body, Part, Response};
+pub use worker::{Generation, HttpWorker};

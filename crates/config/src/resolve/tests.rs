@@ -12,7 +12,7 @@ fn minimal_and_defaults() {
     let r = load("[[location]]\nroot = \"www\"\n").unwrap();
     assert_eq!(r.listen.len(), 2);
     assert_eq!(r.vhosts.len(), 1);
-    let loc = r.route(Some(b"anything"), "/x").unwrap();
+    let loc = r.route(Some(b"anything"), b"/x").unwrap();
     assert_eq!(loc.prefix, "/");
     assert!(!loc.statics.autoindex);
     assert_eq!(loc.statics.index, vec!["index.html".to_string()]);
@@ -43,16 +43,16 @@ types = { log = "text/plain" }
     )
     .unwrap();
     assert_eq!(r.workers, 3);
-    let pub_loc = r.route(Some(b"ftp.mirror.example:8080"), "/pub/a").unwrap();
+    let pub_loc = r.route(Some(b"ftp.mirror.example:8080"), b"/pub/a").unwrap();
     assert_eq!(pub_loc.prefix, "/pub/");
     assert!(!pub_loc.statics.autoindex);
     assert_eq!(pub_loc.statics.symlinks, SymlinkPolicy::Never);
     assert_eq!(pub_loc.statics.types.get("log").unwrap(), "text/plain");
-    let root_loc = r.route(Some(b"MIRROR.example"), "/other").unwrap();
+    let root_loc = r.route(Some(b"MIRROR.example"), b"/other").unwrap();
     assert_eq!(root_loc.prefix, "/");
     assert!(root_loc.statics.autoindex);
     assert_ne!(root_loc.id, pub_loc.id);
-    let default = r.route(Some(b"unknown"), "/pub/a").unwrap();
+    let default = r.route(Some(b"unknown"), b"/pub/a").unwrap();
     assert_eq!(default.prefix, "/");
 }
 

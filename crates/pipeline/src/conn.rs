@@ -1,0 +1,390 @@
+//! One connection: read all, parse all pipelined requests, produce all, write the batch in
+//! one writev/sendfile run, log, then wait — the loop in [`Conn::serve`].
+
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use ramjet_http1::status::reason;
+use ramjet_http1::{parse_request_head, BodyDecoder, BodyFraming, Method, Parse, RequestHead, Version};
+use ramjet_observe::Entry;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::content::Content;
+use crate::error_page::error_response;
+use crate::outbox::Outbox;
+use crate::response::Response;
+use crate::stage;
+use crate::worker::{Generation, HttpWorker, READ_BUFFER};
+
+/// Pipelined responses are written once this many are queued...
+const MAX_BATCH: u32 = 32;
+/// ...or once this many bytes of them are held in memory.
+const MAX_BATCH_BYTES: usize = 256 * 1024;
+/// After an error response, unread input is drained this long before closing, so the
+/// client sees the response instead of a reset (nginx lingering_close).
+const LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+/// Most bytes drained while lingering.
+const LINGER_BYTES: usize = 256 * 1024;
+
+/// What a request left for the access log; ranges index the read buffer, which is not
+/// compacted until the batch is written and logged.
+struct Pending {
+    status: u16,
+    line: Range<usize>,
+    host: Option<Range<usize>>,
+    referer: Option<Range<usize>>,
+    user_agent: Option<Range<usize>>,
+    started: Instant,
+    unix_secs: u64,
+}
+
+enum ReadOutcome {
+    Data,
+    Eof,
+    Timeout,
+    Shutdown,
+    Failed,
+}
+
+struct Conn {
+    stream: TcpStream,
+    peer: SocketAddr,
+    buf: Vec<u8>,
+    /// Start of unparsed input in `buf`.
+    start: usize,
+    out: Outbox,
+    pending: Vec<Pending>,
+    generation: Arc<Generation>,
+    seen_generation: u64,
+    /// No more requests are read: close once the outbox is written.
+    closing: bool,
+    /// Close by draining unread input first.
+    linger: bool,
+}
+
+pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, stream: TcpStream, peer: SocketAddr) {
+    let mut conn = Conn {
+        stream,
+        peer,
+        buf: Vec::new(),
+        start: 0,
+        out: Outbox::default(),
+        pending: Vec::new(),
+        generation: w.current(),
+        seen_generation: w.generation.get(),
+        closing: false,
+        linger: false,
+    };
+    conn.serve(w).await;
+    let buf = std::mem::take(&mut conn.buf);
+    if buf.capacity() > 0 {
+        w.give_buffer(buf);
+    }
+}
+
+impl Conn {
+    async fn serve<C: Content>(&mut self, w: &HttpWorker<C>) {
+        let mut head_deadline = Instant::now() + self.generation.config.timeouts.header;
+        let mut first = true;
+        loop {
+            if self.start == self.buf.len() {
+                // Everything read has been answered: write, log, then wait idle.
+                if !self.flush(w).await || self.closing {
+                    return self.close().await;
+                }
+                let t = &self.generation.config.timeouts;
+                let idle = if first { t.header } else { t.keepalive };
+                match self.read_more(w, Instant::now() + idle, true).await {
+                    ReadOutcome::Data => head_deadline = Instant::now() + self.generation.config.timeouts.header,
+                    _ => return,
+                }
+                first = false;
+            }
+            if w.generation.get() != self.seen_generation {
+                self.generation = w.current();
+                self.seen_generation = w.generation.get();
+            }
+            let gen = self.generation.clone();
+            let config = &gen.config;
+            match parse_request_head(&self.buf[self.start..], &config.limits.http1) {
+                Parse::Partial => {
+                    if !self.flush(w).await {
+                        return;
+                    }
+                    match self.read_more(w, head_deadline, false).await {
+                        ReadOutcome::Data => {}
+                        ReadOutcome::Timeout => {
+                            self.fail(w, 408, Version::Http11);
+                            let _ = self.flush(w).await;
+                            return;
+                        }
+                        _ => return,
+                    }
+                }
+                Parse::Invalid(kind) => {
+                    self.fail(w, kind.status(), Version::Http11);
+                    let _ = self.flush(w).await;
+                    return self.close().await;
+                }
+                Parse::Complete(head) => {
+                    let head_len = head.head_len();
+                    let framing = head.framing;
+                    let expect_continue = head.expect_continue;
+                    let body = BodyDecoder::new(framing, config.limits.max_body);
+                    let started = Instant::now();
+                    let response = match &body {
+                        Err(kind) => error_response(kind.status()),
+                        Ok(_) => stage::respond(&w.content, config, &head).await,
+                    };
+                    let keep = head.keep_alive && body.is_ok() && !w.stopping.get();
+                    let pending = self.pending_of(&head, response.status, started);
+                    queue(w, &mut self.out, response, &head, keep);
+                    self.pending.push(pending);
+                    self.start += head_len;
+                    if !keep {
+                        self.closing = true;
+                        self.linger = body.is_err();
+                        self.start = self.buf.len();
+                        continue;
+                    }
+                    if let Ok(mut decoder) = body {
+                        if framing != BodyFraming::None && !self.discard_body(w, &mut decoder, expect_continue).await {
+                            self.closing = true;
+                            self.start = self.buf.len();
+                            continue;
+                        }
+                    }
+                    first = false;
+                    if self.out.responses() >= MAX_BATCH || self.out.buffered() >= MAX_BATCH_BYTES {
+                        if !self.flush(w).await {
+                            return;
+                        }
+                    }
+                    head_deadline = Instant::now() + config.timeouts.header;
+                }
+            }
+        }
+    }
+
+    /// Record where the log fields of `head` sit in the read buffer.
+    fn pending_of(&self, head: &RequestHead<'_>, status: u16, started: Instant) -> Pending {
+        let base = self.buf.as_ptr() as usize;
+        let at = |s: &[u8]| {
+            let from = s.as_ptr() as usize - base;
+            from..from + s.len()
+        };
+        Pending {
+            status,
+            line: at(head.request_line()),
+            host: head.host.map(at),
+            referer: head.referer.map(at),
+            user_agent: head.user_agent.map(at),
+            started,
+            unix_secs: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        }
+    }
+
+    /// Queue an error response for a request that could not be parsed, and close after it.
+    fn fail<C: Content>(&mut self, w: &HttpWorker<C>, status: u16, version: Version) {
+        let response = error_response(status);
+        let resp = self.out.begin();
+        let len = response.body.len();
+        let mut date = w.date.borrow_mut();
+        let (date, unix_secs) = date.now();
+        self.out.head(resp, |out| encode_head(out, &response, date, version, false, Some(len)));
+        self.out.body(resp, response.body);
+        self.pending.push(Pending {
+            status,
+            line: 0..0,
+            host: None,
+            referer: None,
+            user_agent: None,
+            started: Instant::now(),
+            unix_secs,
+        });
+        self.closing = true;
+        self.linger = true;
+    }
+
+    /// Consume a request body by its framing. False: stop reading this connection.
+    async fn discard_body<C: Content>(&mut self, w: &HttpWorker<C>, decoder: &mut BodyDecoder, expect_continue: bool) -> bool {
+        loop {
+            while self.start < self.buf.len() && !decoder.is_done() {
+                match decoder.decode(&self.buf[self.start..]) {
+                    Ok(step) => self.start += step.consumed,
+                    Err(_) => {
+                        self.linger = true;
+                        return false;
+                    }
+                }
+            }
+            if decoder.is_done() {
+                return true;
+            }
+            if expect_continue {
+                // The client waits for 100-continue we never sent: answer and close instead.
+                return false;
+            }
+            if !self.flush(w).await {
+                return false;
+            }
+            let deadline = Instant::now() + self.generation.config.timeouts.header;
+            if !matches!(self.read_more(w, deadline, false).await, ReadOutcome::Data) {
+                return false;
+            }
+        }
+    }
+
+    /// Write the outbox, then log its requests. False when the connection is gone.
+    async fn flush<C: Content>(&mut self, w: &HttpWorker<C>) -> bool {
+        if self.out.is_empty() {
+            return true;
+        }
+        let result = self.out.flush(&self.stream, self.generation.config.timeouts.send).await;
+        self.log(w);
+        match result {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!("{}: write: {e}", self.peer);
+                false
+            }
+        }
+    }
+
+    fn log<C: Content>(&mut self, w: &HttpWorker<C>) {
+        let mut log = w.log.borrow_mut();
+        if !log.enabled() {
+            self.pending.clear();
+            return;
+        }
+        let buf = &self.buf;
+        let field = |r: &Option<Range<usize>>| r.as_ref().map(|r| &buf[r.clone()]);
+        for (i, p) in self.pending.drain(..).enumerate() {
+            log.record(&Entry {
+                remote: self.peer.ip(),
+                unix_secs: p.unix_secs,
+                request_line: &buf[p.line.clone()],
+                host: field(&p.host),
+                status: p.status,
+                body_bytes: self.out.body_written.get(i).copied().unwrap_or(0),
+                referer: field(&p.referer),
+                user_agent: field(&p.user_agent),
+                micros: p.started.elapsed().as_micros() as u64,
+            });
+        }
+    }
+
+    /// Read more input into the buffer (compacting it first). `idle` means no request is
+    /// in progress: the buffer may be returned to the pool while waiting, and shutdown ends
+    /// the wait.
+    async fn read_more<C: Content>(&mut self, w: &HttpWorker<C>, deadline: Instant, idle: bool) -> ReadOutcome {
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        if idle && self.buf.is_empty() && self.buf.capacity() > 0 {
+            w.give_buffer(std::mem::take(&mut self.buf));
+        }
+        let max = self.generation.config.limits.http1.max_head + READ_BUFFER;
+        loop {
+            if idle {
+                let notified = w.shutdown.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if w.stopping.get() {
+                    return ReadOutcome::Shutdown;
+                }
+                tokio::select! {
+                    biased;
+                    r = self.stream.readable() => if r.is_err() { return ReadOutcome::Failed },
+                    _ = tokio::time::sleep_until(deadline) => return ReadOutcome::Timeout,
+                    _ = notified => return ReadOutcome::Shutdown,
+                }
+            } else {
+                tokio::select! {
+                    biased;
+                    r = self.stream.readable() => if r.is_err() { return ReadOutcome::Failed },
+                    _ = tokio::time::sleep_until(deadline) => return ReadOutcome::Timeout,
+                }
+            }
+            if self.buf.capacity() == 0 {
+                self.buf = w.take_buffer();
+            }
+            if self.buf.capacity() - self.buf.len() < 512 && self.buf.len() < max {
+                self.buf.reserve(self.buf.len().max(READ_BUFFER));
+            }
+            match self.stream.try_read_buf(&mut self.buf) {
+                Ok(0) => return ReadOutcome::Eof,
+                Ok(_) => return ReadOutcome::Data,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(_) => return ReadOutcome::Failed,
+            }
+        }
+    }
+
+    /// Close: send FIN, and when unread input may follow an error, drain it for a while so
+    /// the client reads our response before any reset.
+    async fn close(&mut self) {
+        let _ = self.stream.shutdown().await;
+        if !self.linger {
+            return;
+        }
+        let deadline = Instant::now() + LINGER;
+        let mut drained = 0;
+        let mut scratch = [0u8; 4096];
+        while drained < LINGER_BYTES {
+            tokio::select! {
+                r = self.stream.readable() => if r.is_err() { return },
+                _ = tokio::time::sleep_until(deadline) => return,
+            }
+            match self.stream.try_read(&mut scratch) {
+                Ok(0) => return,
+                Ok(n) => drained += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+/// Encode a response into the outbox (head, then body unless HEAD/304/204).
+fn queue<C: Content>(w: &HttpWorker<C>, out: &mut Outbox, response: Response, head: &RequestHead<'_>, keep: bool) {
+    let resp = out.begin();
+    let bodiless = matches!(response.status, 204 | 304) || response.status < 200;
+    let length = (!bodiless).then(|| response.body.len());
+    let mut date = w.date.borrow_mut();
+    let (date, _) = date.now();
+    out.head(resp, |o| encode_head(o, &response, date, head.version, keep, length));
+    if head.method != Method::Head && !bodiless {
+        out.body(resp, response.body);
+    }
+}
+
+/// Status line and fixed headers, then the response's own, then framing (RFC 9112 §6).
+fn encode_head(out: &mut Vec<u8>, r: &Response, date: &[u8], version: Version, keep: bool, length: Option<u64>) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(itoa::Buffer::new().format(r.status).as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(reason(r.status).as_bytes());
+    out.extend_from_slice(b"\r\nServer: ramjet\r\nDate: ");
+    out.extend_from_slice(date);
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(&r.shared_headers);
+    out.extend_from_slice(&r.headers);
+    if let Some(len) = length {
+        out.extend_from_slice(b"Content-Length: ");
+        out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !keep {
+        out.extend_from_slice(b"Connection: close\r\n");
+    } else if version == Version::Http10 {
+        out.extend_from_slice(b"Connection: keep-alive\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+

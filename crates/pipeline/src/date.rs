@@ -1,0 +1,37 @@
+//! The `Date` header value, formatted at most once a second per worker.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Length of an IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT").
+const IMF_FIXDATE_LEN: usize = 29;
+
+#[derive(Debug)]
+pub(crate) struct DateCache {
+    secs: u64,
+    value: [u8; IMF_FIXDATE_LEN],
+}
+
+impl DateCache {
+    pub(crate) fn new() -> DateCache {
+        let mut d = DateCache {
+            secs: u64::MAX,
+            value: [b' '; IMF_FIXDATE_LEN],
+        };
+        d.now();
+        d
+    }
+
+    /// The current second's date and unix seconds.
+    pub(crate) fn now(&mut self) -> (&[u8], u64) {
+        let now = SystemTime::now();
+        let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        if secs != self.secs {
+            self.secs = secs;
+            let text = httpdate::fmt_http_date(now);
+            if text.len() == IMF_FIXDATE_LEN {
+                self.value.copy_from_slice(text.as_bytes());
+            }
+        }
+        (&self.value, secs)
+    }
+}

@@ -1,0 +1,130 @@
+//! The HTTP worker: per-thread state shared by that thread's connections.
+
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use ramjet_observe::{AccessLog, LogBuffer};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+
+use crate::content::Content;
+use crate::date::DateCache;
+
+/// Most idle read buffers kept for reuse per worker.
+const POOLED_BUFFERS: usize = 256;
+/// A read buffer starts at this capacity and grows up to the head limit.
+pub(crate) const READ_BUFFER: usize = 4096;
+
+/// What a configuration generation consists of: the resolved config and its access log.
+#[derive(Debug)]
+pub struct Generation {
+    pub config: ramjet_config::Resolved,
+    pub access_log: Arc<AccessLog>,
+}
+
+/// One worker thread's HTTP state. Single-threaded: `Cell`/`RefCell`, no atomics.
+pub struct HttpWorker<C: Content> {
+    pub(crate) content: C,
+    current: RefCell<Arc<Generation>>,
+    /// Bumped on reload; connections compare it per request to pick up the new config.
+    pub(crate) generation: Cell<u64>,
+    pub(crate) log: RefCell<LogBuffer>,
+    pub(crate) date: RefCell<DateCache>,
+    open: Cell<usize>,
+    pub(crate) stopping: Cell<bool>,
+    pub(crate) shutdown: Notify,
+    buffers: RefCell<Vec<Vec<u8>>>,
+}
+
+impl<C: Content> HttpWorker<C> {
+    pub fn new(generation: Arc<Generation>, content: C) -> HttpWorker<C> {
+        HttpWorker {
+            content,
+            log: RefCell::new(LogBuffer::new(generation.access_log.clone())),
+            current: RefCell::new(generation),
+            generation: Cell::new(0),
+            date: RefCell::new(DateCache::new()),
+            open: Cell::new(0),
+            stopping: Cell::new(false),
+            shutdown: Notify::new(),
+            buffers: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// The configuration in force now.
+    pub(crate) fn current(&self) -> Arc<Generation> {
+        self.current.borrow().clone()
+    }
+
+    pub(crate) fn take_buffer(&self) -> Vec<u8> {
+        self.buffers
+            .borrow_mut()
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(READ_BUFFER))
+    }
+
+    pub(crate) fn give_buffer(&self, mut buf: Vec<u8>) {
+        // Buffers that grew for a large head are not worth keeping.
+        if buf.capacity() == READ_BUFFER {
+            let mut pool = self.buffers.borrow_mut();
+            if pool.len() < POOLED_BUFFERS {
+                buf.clear();
+                pool.push(buf);
+            }
+        }
+    }
+}
+
+/// Decrements the open-connection count when a connection task ends, however it ends.
+struct OpenGuard<'a>(&'a Cell<usize>);
+
+impl Drop for OpenGuard<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
+impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
+    type Config = Generation;
+
+    fn serve(self: Rc<Self>, stream: TcpStream, peer: SocketAddr) -> impl std::future::Future<Output = ()> + 'static {
+        async move {
+            let max = self.current.borrow().config.limits.max_connections;
+            if self.open.get() >= max || self.stopping.get() {
+                return;
+            }
+            self.open.set(self.open.get() + 1);
+            let _guard = OpenGuard(&self.open);
+            crate::conn::run(&self, stream, peer).await;
+        }
+    }
+
+    fn reload(&self, generation: Arc<Generation>) {
+        if !Arc::ptr_eq(&self.current.borrow().access_log, &generation.access_log) {
+            self.log.borrow_mut().set_sink(generation.access_log.clone());
+        }
+        *self.current.borrow_mut() = generation;
+        self.generation.set(self.generation.get() + 1);
+        self.content.on_reload();
+    }
+
+    fn tick(&self) {
+        self.log.borrow_mut().flush();
+        self.content.on_tick();
+    }
+
+    fn begin_shutdown(&self) {
+        self.stopping.set(true);
+        self.shutdown.notify_waiters();
+    }
+
+    fn connections(&self) -> usize {
+        self.open.get()
+    }
+
+    fn finish(&self) {
+        self.log.borrow_mut().flush();
+    }
+}
