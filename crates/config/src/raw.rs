@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use ramjet_observe::{LogFormat, LogTarget};
 use crate::statics::{Encoding, SymlinkPolicy};
+use ramjet_observe::{LogFormat, LogTarget};
 use serde::Deserialize;
 use toml::Spanned;
 

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ramjet_observe::{AccessLogOptions, LogFormat, LogTarget};
 use crate::statics::{StaticOptions, SymlinkPolicy, DEFAULT_MAX_RANGES};
+use ramjet_observe::{AccessLogOptions, LogFormat, LogTarget};
 use toml::Spanned;
 
 use crate::error::{line_of, ConfigError};

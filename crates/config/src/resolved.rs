@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use ramjet_observe::AccessLogOptions;
 use crate::statics::StaticOptions;
+use ramjet_observe::AccessLogOptions;
 
 /// Everything the server needs, resolved and checked.
 #[derive(Debug)]

@@ -96,9 +96,7 @@ fn decode(bytes: &[u8]) -> Result<Vec<u8>, PathError> {
 /// Collapse `//`, drop `.`, resolve `..`; refuse to climb above `/`.
 fn remove_dots(path: &[u8]) -> Result<Vec<u8>, PathError> {
     let mut segments: Vec<&[u8]> = Vec::new();
-    let trailing = path.ends_with(b"/")
-        || path.ends_with(b"/.")
-        || path.ends_with(b"/..");
+    let trailing = path.ends_with(b"/") || path.ends_with(b"/.") || path.ends_with(b"/..");
     for seg in path.split(|&b| b == b'/') {
         match seg {
             b"" | b"." => {}

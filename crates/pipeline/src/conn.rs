@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ramjet_http1::status::reason;
-use ramjet_http1::{parse_request_head, BodyDecoder, BodyFraming, Method, Parse, RequestHead, Version};
+use ramjet_http1::{
+    parse_request_head, BodyDecoder, BodyFraming, Method, Parse, RequestHead, Version,
+};
 use ramjet_observe::Entry;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -99,7 +101,9 @@ impl Conn {
                 let t = &self.generation.config.timeouts;
                 let idle = if first { t.header } else { t.keepalive };
                 match self.read_more(w, Instant::now() + idle, true).await {
-                    ReadOutcome::Data => head_deadline = Instant::now() + self.generation.config.timeouts.header,
+                    ReadOutcome::Data => {
+                        head_deadline = Instant::now() + self.generation.config.timeouts.header
+                    }
                     _ => return,
                 }
                 first = false;
@@ -152,7 +156,9 @@ impl Conn {
                         continue;
                     }
                     if let Ok(mut decoder) = body {
-                        if framing != BodyFraming::None && !self.discard_body(w, &mut decoder, expect_continue).await {
+                        if framing != BodyFraming::None
+                            && !self.discard_body(w, &mut decoder, expect_continue).await
+                        {
                             self.closing = true;
                             self.start = self.buf.len();
                             continue;
@@ -184,7 +190,9 @@ impl Conn {
             referer: head.referer.map(at),
             user_agent: head.user_agent.map(at),
             started,
-            unix_secs: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            unix_secs: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
         }
     }
 
@@ -195,7 +203,9 @@ impl Conn {
         let len = response.body.len();
         let mut date = w.date.borrow_mut();
         let (date, unix_secs) = date.now();
-        self.out.head(resp, |out| encode_head(out, &response, date, version, false, Some(len)));
+        self.out.head(resp, |out| {
+            encode_head(out, &response, date, version, false, Some(len))
+        });
         self.out.body(resp, response.body);
         self.pending.push(Pending {
             status,
@@ -211,7 +221,12 @@ impl Conn {
     }
 
     /// Consume a request body by its framing. False: stop reading this connection.
-    async fn discard_body<C: Content>(&mut self, w: &HttpWorker<C>, decoder: &mut BodyDecoder, expect_continue: bool) -> bool {
+    async fn discard_body<C: Content>(
+        &mut self,
+        w: &HttpWorker<C>,
+        decoder: &mut BodyDecoder,
+        expect_continue: bool,
+    ) -> bool {
         loop {
             while self.start < self.buf.len() && !decoder.is_done() {
                 match decoder.decode(&self.buf[self.start..]) {
@@ -244,7 +259,10 @@ impl Conn {
         if self.out.is_empty() {
             return true;
         }
-        let result = self.out.flush(&self.stream, self.generation.config.timeouts.send).await;
+        let result = self
+            .out
+            .flush(&self.stream, self.generation.config.timeouts.send)
+            .await;
         self.log(w);
         match result {
             Ok(()) => true,
@@ -281,7 +299,12 @@ impl Conn {
     /// Read more input into the buffer (compacting it first). `idle` means no request is
     /// in progress: the buffer may be returned to the pool while waiting, and shutdown ends
     /// the wait.
-    async fn read_more<C: Content>(&mut self, w: &HttpWorker<C>, deadline: Instant, idle: bool) -> ReadOutcome {
+    async fn read_more<C: Content>(
+        &mut self,
+        w: &HttpWorker<C>,
+        deadline: Instant,
+        idle: bool,
+    ) -> ReadOutcome {
         if self.start > 0 {
             self.buf.drain(..self.start);
             self.start = 0;
@@ -352,20 +375,35 @@ impl Conn {
 }
 
 /// Encode a response into the outbox (head, then body unless HEAD/304/204).
-fn queue<C: Content>(w: &HttpWorker<C>, out: &mut Outbox, response: Response, head: &RequestHead<'_>, keep: bool) {
+fn queue<C: Content>(
+    w: &HttpWorker<C>,
+    out: &mut Outbox,
+    response: Response,
+    head: &RequestHead<'_>,
+    keep: bool,
+) {
     let resp = out.begin();
     let bodiless = matches!(response.status, 204 | 304) || response.status < 200;
     let length = (!bodiless).then(|| response.body.len());
     let mut date = w.date.borrow_mut();
     let (date, _) = date.now();
-    out.head(resp, |o| encode_head(o, &response, date, head.version, keep, length));
+    out.head(resp, |o| {
+        encode_head(o, &response, date, head.version, keep, length)
+    });
     if head.method != Method::Head && !bodiless {
         out.body(resp, response.body);
     }
 }
 
 /// Status line and fixed headers, then the response's own, then framing (RFC 9112 §6).
-fn encode_head(out: &mut Vec<u8>, r: &Response, date: &[u8], version: Version, keep: bool, length: Option<u64>) {
+fn encode_head(
+    out: &mut Vec<u8>,
+    r: &Response,
+    date: &[u8],
+    version: Version,
+    keep: bool,
+    length: Option<u64>,
+) {
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(itoa::Buffer::new().format(r.status).as_bytes());
     out.push(b' ');
@@ -387,4 +425,3 @@ fn encode_head(out: &mut Vec<u8>, r: &Response, date: &[u8], version: Version, k
     }
     out.extend_from_slice(b"\r\n");
 }
-

@@ -27,9 +27,22 @@ const MAX_IOV: usize = 64;
 #[derive(Debug)]
 enum Seg {
     /// `mem[start..end]`.
-    Mem { start: usize, end: usize, resp: u32, body: bool },
-    Shared { bytes: Bytes, resp: u32 },
-    File { file: Arc<File>, offset: u64, len: u64, resp: u32 },
+    Mem {
+        start: usize,
+        end: usize,
+        resp: u32,
+        body: bool,
+    },
+    Shared {
+        bytes: Bytes,
+        resp: u32,
+    },
+    File {
+        file: Arc<File>,
+        offset: u64,
+        len: u64,
+        resp: u32,
+    },
 }
 
 /// Why a flush stopped.
@@ -98,13 +111,24 @@ impl Outbox {
 
     fn push_mem(&mut self, start: usize, resp: u32, body: bool) {
         let end = self.mem.len();
-        if let Some(Seg::Mem { end: last_end, resp: r, body: b, .. }) = self.segs.last_mut() {
+        if let Some(Seg::Mem {
+            end: last_end,
+            resp: r,
+            body: b,
+            ..
+        }) = self.segs.last_mut()
+        {
             if *last_end == start && *r == resp && *b == body {
                 *last_end = end;
                 return;
             }
         }
-        self.segs.push(Seg::Mem { start, end, resp, body });
+        self.segs.push(Seg::Mem {
+            start,
+            end,
+            resp,
+            body,
+        });
     }
 
     /// Append the body of response `resp`.
@@ -112,14 +136,22 @@ impl Outbox {
         match body {
             Body::Empty => {}
             Body::Bytes(bytes) => self.bytes(resp, bytes),
-            Body::File { file, offset, len } => self.segs.push(Seg::File { file, offset, len, resp }),
+            Body::File { file, offset, len } => self.segs.push(Seg::File {
+                file,
+                offset,
+                len,
+                resp,
+            }),
             Body::Parts(parts) => {
                 for p in parts {
                     match p {
                         Part::Bytes(bytes) => self.bytes(resp, bytes),
-                        Part::File { file, offset, len } => {
-                            self.segs.push(Seg::File { file, offset, len, resp })
-                        }
+                        Part::File { file, offset, len } => self.segs.push(Seg::File {
+                            file,
+                            offset,
+                            len,
+                            resp,
+                        }),
                     }
                 }
             }
@@ -139,7 +171,11 @@ impl Outbox {
 
     /// Write everything queued. On success the outbox is empty and `body_written` holds
     /// each response's body bytes; on error `body_written` says how far each one got.
-    pub(crate) async fn flush(&mut self, stream: &TcpStream, send_timeout: Duration) -> Result<(), WriteError> {
+    pub(crate) async fn flush(
+        &mut self,
+        stream: &TcpStream,
+        send_timeout: Duration,
+    ) -> Result<(), WriteError> {
         self.body_written.clear();
         self.body_written.resize(self.responses as usize, 0);
         let result = self.write_all(stream, send_timeout).await;
@@ -149,13 +185,31 @@ impl Outbox {
         result
     }
 
-    async fn write_all(&mut self, stream: &TcpStream, send_timeout: Duration) -> Result<(), WriteError> {
+    async fn write_all(
+        &mut self,
+        stream: &TcpStream,
+        send_timeout: Duration,
+    ) -> Result<(), WriteError> {
         let mut i = 0;
         let mut done: u64 = 0; // bytes of segs[i] already written
         while i < self.segs.len() {
-            if let Seg::File { file, offset, len, resp } = &self.segs[i] {
+            if let Seg::File {
+                file,
+                offset,
+                len,
+                resp,
+            } = &self.segs[i]
+            {
                 let (file, offset, len, resp) = (file.clone(), *offset, *len, *resp);
-                send_file(stream, &file, offset, len, send_timeout, &mut self.body_written[resp as usize]).await?;
+                send_file(
+                    stream,
+                    &file,
+                    offset,
+                    len,
+                    send_timeout,
+                    &mut self.body_written[resp as usize],
+                )
+                .await?;
                 i += 1;
                 continue;
             }
@@ -167,7 +221,11 @@ impl Outbox {
                     Seg::Shared { bytes, .. } => bytes,
                     Seg::File { .. } => break,
                 };
-                iov[n] = IoSlice::new(if n == 0 { &slice[done as usize..] } else { slice });
+                iov[n] = IoSlice::new(if n == 0 {
+                    &slice[done as usize..]
+                } else {
+                    slice
+                });
                 n += 1;
                 if n == MAX_IOV {
                     break;
@@ -183,7 +241,12 @@ impl Outbox {
             };
             while wrote > 0 {
                 let (len, resp, body) = match &self.segs[i] {
-                    Seg::Mem { start, end, resp, body } => ((end - start) as u64, *resp, *body),
+                    Seg::Mem {
+                        start,
+                        end,
+                        resp,
+                        body,
+                    } => ((end - start) as u64, *resp, *body),
                     Seg::Shared { bytes, resp } => (bytes.len() as u64, *resp, true),
                     Seg::File { .. } => unreachable!("writev stops before file segments"),
                 };
@@ -227,14 +290,17 @@ async fn send_file(
         if !sys::is_resident(file, pos, n) {
             let f = file.clone();
             let window = (len - sent).min(WARM_WINDOW);
-            let warmed = tokio::task::spawn_blocking(move || sys::blocking_warm(&f, pos, window)).await;
+            let warmed =
+                tokio::task::spawn_blocking(move || sys::blocking_warm(&f, pos, window)).await;
             match warmed {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(WriteError::Io(e)),
                 Err(e) => return Err(WriteError::Io(io::Error::other(e))),
             }
         }
-        match stream.try_io(Interest::WRITABLE, || sys::sendfile(stream, &**file, pos, n as usize)) {
+        match stream.try_io(Interest::WRITABLE, || {
+            sys::sendfile(stream, &**file, pos, n as usize)
+        }) {
             Ok(0) => {
                 return Err(WriteError::Io(io::Error::new(
                     io::ErrorKind::UnexpectedEof,

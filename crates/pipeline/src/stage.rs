@@ -18,20 +18,51 @@ pub struct Stage {
 
 /// The pipeline, in order (DESIGN.md §3).
 pub const STAGES: [Stage; 9] = [
-    Stage { name: "accept", may_end_with: "-" },
-    Stage { name: "read head", may_end_with: "400 408 413 414 431 501 505" },
-    Stage { name: "route", may_end_with: "400 404" },
-    Stage { name: "admit", may_end_with: "405 501" },
-    Stage { name: "content", may_end_with: "301 403 404" },
-    Stage { name: "response filters", may_end_with: "304 412 206 416" },
-    Stage { name: "write", may_end_with: "-" },
-    Stage { name: "log", may_end_with: "-" },
-    Stage { name: "next", may_end_with: "-" },
+    Stage {
+        name: "accept",
+        may_end_with: "-",
+    },
+    Stage {
+        name: "read head",
+        may_end_with: "400 408 413 414 431 501 505",
+    },
+    Stage {
+        name: "route",
+        may_end_with: "400 404",
+    },
+    Stage {
+        name: "admit",
+        may_end_with: "405 501",
+    },
+    Stage {
+        name: "content",
+        may_end_with: "301 403 404",
+    },
+    Stage {
+        name: "response filters",
+        may_end_with: "304 412 206 416",
+    },
+    Stage {
+        name: "write",
+        may_end_with: "-",
+    },
+    Stage {
+        name: "log",
+        may_end_with: "-",
+    },
+    Stage {
+        name: "next",
+        may_end_with: "-",
+    },
 ];
 
 /// Stages 2–5 for one parsed request: route, admit, content (whose producer applies the
 /// conditional and range filters to its own representation).
-pub(crate) async fn respond<C: Content>(content: &C, config: &Resolved, head: &RequestHead<'_>) -> Response {
+pub(crate) async fn respond<C: Content>(
+    content: &C,
+    config: &Resolved,
+    head: &RequestHead<'_>,
+) -> Response {
     // route
     let clean: CleanPath<'_> = match path::normalize(head.path) {
         Ok(c) => c,

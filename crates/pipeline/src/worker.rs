@@ -89,7 +89,11 @@ impl Drop for OpenGuard<'_> {
 impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
     type Config = Generation;
 
-    fn serve(self: Rc<Self>, stream: TcpStream, peer: SocketAddr) -> impl std::future::Future<Output = ()> + 'static {
+    fn serve(
+        self: Rc<Self>,
+        stream: TcpStream,
+        peer: SocketAddr,
+    ) -> impl std::future::Future<Output = ()> + 'static {
         async move {
             let max = self.current.borrow().config.limits.max_connections;
             if self.open.get() >= max || self.stopping.get() {
@@ -103,7 +107,9 @@ impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
 
     fn reload(&self, generation: Arc<Generation>) {
         if !Arc::ptr_eq(&self.current.borrow().access_log, &generation.access_log) {
-            self.log.borrow_mut().set_sink(generation.access_log.clone());
+            self.log
+                .borrow_mut()
+                .set_sink(generation.access_log.clone());
         }
         *self.current.borrow_mut() = generation;
         self.generation.set(self.generation.get() + 1);

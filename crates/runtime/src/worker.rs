@@ -28,7 +28,11 @@ pub trait Worker: 'static {
     /// The configuration type swapped on reload.
     type Config: Send + Sync + 'static;
     /// Serve one accepted connection until it closes. Runs as its own local task.
-    fn serve(self: Rc<Self>, stream: TcpStream, peer: SocketAddr) -> impl Future<Output = ()> + 'static;
+    fn serve(
+        self: Rc<Self>,
+        stream: TcpStream,
+        peer: SocketAddr,
+    ) -> impl Future<Output = ()> + 'static;
     /// A new configuration: requests that start from now on must use it.
     fn reload(&self, config: Arc<Self::Config>);
     /// Called about once a second (flush logs, expire caches).

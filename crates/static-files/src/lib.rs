@@ -1,5 +1,20 @@
-//! Static files.
+//! The static-file producer: path resolution beneath the document root, the per-worker
+//! open-file cache, conditional and range requests, precompressed siblings, listings.
+//!
+//! Brief overview: [`StaticFiles`] implements [`ramjet_pipeline::Content`]. A request's path
+//! is looked up in the worker's [`cache`]; a miss or an entry older than `file_cache.valid`
+//! is (re)opened on the blocking pool by [`open`], which lets the kernel enforce that nothing
+//! leaves the root. [`conditional`], [`ranges`] and [`encoding`] shape the response;
+//! [`autoindex`] renders directory listings.
 #![forbid(unsafe_code)]
 
-mod options;
-pub use options::{Encoding, StaticOptions, SymlinkPolicy, DEFAULT_MAX_RANGES};
+mod autoindex;
+mod cache;
+mod conditional;
+mod encoding;
+mod handler;
+mod mime;
+mod open;
+mod ranges;
+
+pub use handler::StaticFiles;

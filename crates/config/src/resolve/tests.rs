@@ -43,7 +43,9 @@ types = { log = "text/plain" }
     )
     .unwrap();
     assert_eq!(r.workers, 3);
-    let pub_loc = r.route(Some(b"ftp.mirror.example:8080"), b"/pub/a").unwrap();
+    let pub_loc = r
+        .route(Some(b"ftp.mirror.example:8080"), b"/pub/a")
+        .unwrap();
     assert_eq!(pub_loc.prefix, "/pub/");
     assert!(!pub_loc.statics.autoindex);
     assert_eq!(pub_loc.statics.symlinks, SymlinkPolicy::Never);

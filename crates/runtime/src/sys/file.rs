@@ -3,6 +3,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
@@ -33,7 +34,10 @@ impl FileStat {
     fn from(st: &rustix::fs::Stat) -> FileStat {
         let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
         let mtime = UNIX_EPOCH
-            + Duration::new(st.st_mtime.max(0) as u64, st.st_mtime_nsec.clamp(0, 999_999_999) as u32);
+            + Duration::new(
+                st.st_mtime.max(0) as u64,
+                st.st_mtime_nsec.clamp(0, 999_999_999) as u32,
+            );
         FileStat {
             dev: st.st_dev,
             ino: st.st_ino,
@@ -55,12 +59,12 @@ impl FileStat {
 /// Open `path` (relative, already sanitised) read-only beneath `dir`. `RESOLVE_BENEATH`
 /// makes the kernel refuse `..`, absolute symlinks and any escape, even under a race.
 /// May block on a cold dentry cache: call it from the blocking pool.
-pub fn open_beneath(dir: &File, path: &str, policy: OpenPolicy) -> io::Result<(File, FileStat)> {
+pub fn open_beneath(dir: &File, path: &[u8], policy: OpenPolicy) -> io::Result<(File, FileStat)> {
     let mut resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
     if policy == OpenPolicy::NoSymlinks {
         resolve |= ResolveFlags::NO_SYMLINKS;
     }
-    let path = if path.is_empty() { "." } else { path };
+    let path = std::ffi::OsStr::from_bytes(if path.is_empty() { b"." } else { path });
     let fd = rustix::fs::openat2(
         dir,
         path,
@@ -75,13 +79,27 @@ pub fn open_beneath(dir: &File, path: &str, policy: OpenPolicy) -> io::Result<(F
 
 /// `lstat` of `path` beneath `dir` without following a final symlink (for the owner check).
 /// Intermediate components are resolved beneath `dir` as in [`open_beneath`].
-pub fn stat_beneath(dir: &File, path: &str) -> io::Result<FileStat> {
+pub fn stat_beneath(dir: &File, path: &[u8]) -> io::Result<FileStat> {
     let fd = rustix::fs::openat2(
         dir,
-        path,
+        std::ffi::OsStr::from_bytes(path),
         OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
         ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
     )?;
     FileStat::of(&fd)
+}
+
+/// Names in an open directory, without `.` and `..`. Blocking: call from the blocking pool.
+pub fn blocking_read_dir(dir: &File) -> io::Result<Vec<Vec<u8>>> {
+    let mut names = Vec::new();
+    let mut d = rustix::fs::Dir::read_from(dir)?;
+    while let Some(entry) = d.read() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name != b"." && name != b".." {
+            names.push(name.to_vec());
+        }
+    }
+    Ok(names)
 }

@@ -7,7 +7,14 @@ pub fn raise_nofile_limit(want: u64) -> io::Result<u64> {
     let cur = getrlimit(Resource::Nofile);
     let hard = cur.maximum.unwrap_or(u64::MAX);
     if hard < want
-        && setrlimit(Resource::Nofile, Rlimit { current: Some(want), maximum: Some(want) }).is_ok()
+        && setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(want),
+                maximum: Some(want),
+            },
+        )
+        .is_ok()
     {
         return Ok(want);
     }
@@ -15,7 +22,13 @@ pub fn raise_nofile_limit(want: u64) -> io::Result<u64> {
     if cur.current.is_some_and(|c| c >= soft) {
         return Ok(cur.current.unwrap_or(soft));
     }
-    setrlimit(Resource::Nofile, Rlimit { current: Some(soft), maximum: cur.maximum })?;
+    setrlimit(
+        Resource::Nofile,
+        Rlimit {
+            current: Some(soft),
+            maximum: cur.maximum,
+        },
+    )?;
     Ok(soft)
 }
 

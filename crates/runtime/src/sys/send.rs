@@ -4,7 +4,12 @@ use std::os::fd::AsFd;
 /// One `sendfile(2)` from `file` at `offset` to a non-blocking socket; returns bytes sent.
 /// `WouldBlock` means the socket buffer is full. Blocks on disk if the pages are not
 /// cached, so callers check [`super::is_resident`] first.
-pub fn sendfile(socket: &impl AsFd, file: &impl AsFd, offset: u64, count: usize) -> io::Result<usize> {
+pub fn sendfile(
+    socket: &impl AsFd,
+    file: &impl AsFd,
+    offset: u64,
+    count: usize,
+) -> io::Result<usize> {
     let mut off = offset;
     Ok(rustix::fs::sendfile(socket, file, Some(&mut off), count)?)
 }

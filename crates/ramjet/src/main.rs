@@ -1,0 +1,200 @@
+//! `ramjet`: command line, process setup and wiring. No request logic lives here.
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use ramjet_config::Resolved;
+use ramjet_observe::AccessLog;
+use ramjet_pipeline::{Generation, HttpWorker};
+use ramjet_runtime::signals::{Signal, Signals};
+use ramjet_static_files::StaticFiles;
+
+/// Each worker's blocking pool (file opens, cold reads, listings) has at most this many threads.
+const BLOCKING_THREADS_PER_WORKER: usize = 16;
+/// File descriptors asked for at start; the kernel or the hard limit may give fewer.
+const WANTED_FILES: u64 = 1 << 20;
+
+#[derive(Parser)]
+#[command(
+    name = "ramjet",
+    version,
+    about = "A user-space web server and accelerator for Linux"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve DIR (default: the current directory) on port 8080, or what --config says.
+    Serve(ServeArgs),
+    /// Validate a configuration file and print it resolved.
+    CheckConfig {
+        /// The TOML file.
+        file: PathBuf,
+    },
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Directory to serve when no --config is given.
+    dir: Option<PathBuf>,
+    /// Configuration file (TOML).
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Listen address (repeatable); overrides the configuration.
+    #[arg(long)]
+    listen: Vec<SocketAddr>,
+    /// Worker threads; overrides the configuration.
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Directory listings (when no --config is given).
+    #[arg(long)]
+    autoindex: bool,
+    /// Access log target when no --config is given: off, stdout, stderr or a path.
+    #[arg(long)]
+    access_log: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+        Command::CheckConfig { file } => check_config(&file),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ramjet: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
+    let resolved = ramjet_config::load_file(file)?;
+    println!("{resolved:#?}");
+    println!("{}: ok", file.display());
+    Ok(())
+}
+
+/// Load the configuration the way this invocation asks for, CLI overrides applied.
+fn load(args: &ServeArgs) -> anyhow::Result<Resolved> {
+    let mut resolved = match &args.config {
+        Some(file) => ramjet_config::load_file(file)?,
+        None => {
+            let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from("."));
+            let mut r = ramjet_config::for_directory(&dir, &args.listen, args.autoindex)?;
+            if let Some(target) = &args.access_log {
+                r.access_log.target = match target.as_str() {
+                    "off" => ramjet_observe::LogTarget::Off,
+                    "stdout" => ramjet_observe::LogTarget::Stdout,
+                    "stderr" => ramjet_observe::LogTarget::Stderr,
+                    path => ramjet_observe::LogTarget::File(path.into()),
+                };
+            }
+            r
+        }
+    };
+    if !args.listen.is_empty() {
+        resolved.listen = args.listen.clone();
+    }
+    if let Some(n) = args.workers {
+        resolved.workers = n.max(1);
+    }
+    Ok(resolved)
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let resolved = load(&args)?;
+    ramjet_observe::init_diagnostics(&resolved.log_level);
+    match ramjet_runtime::sys::raise_nofile_limit(WANTED_FILES) {
+        Ok(n) if n < WANTED_FILES => tracing::info!(
+            "open files limited to {n} per process (hard limit); more concurrent connections need more processes"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("cannot raise the open-files limit: {e}"),
+    }
+    let signal_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut signals = signal_rt.block_on(async { Signals::install() })?;
+
+    let listeners = ramjet_runtime::bind(&resolved.listen, resolved.workers)?;
+    let access_log = AccessLog::open(&resolved.access_log).context("opening the access log")?;
+    let workers = resolved.workers;
+    let pin = resolved.pin_workers;
+    let mut grace = resolved.timeouts.shutdown;
+    let addrs = listeners.addrs.clone();
+    let mut current = Arc::new(Generation {
+        config: resolved,
+        access_log,
+    });
+    let server = ramjet_runtime::start(
+        listeners,
+        pin,
+        BLOCKING_THREADS_PER_WORKER,
+        current.clone(),
+        |_, generation| HttpWorker::new(generation, StaticFiles::new()),
+    )?;
+    for addr in &addrs {
+        tracing::info!("listening on http://{addr} ({workers} workers)");
+    }
+
+    signal_rt.block_on(async {
+        loop {
+            match signals.next().await {
+                Signal::Stop => break,
+                Signal::Reload => match reload(&args, &current) {
+                    Ok(next) => {
+                        grace = next.config.timeouts.shutdown;
+                        current = next;
+                        server.reload(current.clone());
+                        tracing::info!("configuration reloaded from {}", current.config.source);
+                    }
+                    Err(e) => {
+                        tracing::error!("reload refused, keeping the running configuration: {e:#}")
+                    }
+                },
+                Signal::ReopenLogs => match current.access_log.reopen() {
+                    Ok(()) => tracing::info!("access log reopened"),
+                    Err(e) => tracing::error!("cannot reopen the access log: {e}"),
+                },
+                Signal::Upgrade => {
+                    tracing::warn!("USR2 (binary upgrade) is not implemented yet; ignored")
+                }
+            }
+        }
+    });
+    tracing::info!("stopping: finishing in-flight responses (up to {grace:?})");
+    server.stop(grace);
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Build the next generation; listeners and worker count stay as started.
+fn reload(args: &ServeArgs, current: &Generation) -> anyhow::Result<Arc<Generation>> {
+    let mut next = load(args)?;
+    if next.listen != current.config.listen || next.workers != current.config.workers {
+        tracing::warn!(
+            "listen addresses and worker count change only on restart; keeping the current ones"
+        );
+        next.listen = current.config.listen.clone();
+        next.workers = current.config.workers;
+    }
+    let access_log = if next.access_log == current.config.access_log {
+        current.access_log.clone()
+    } else {
+        AccessLog::open(&next.access_log).context("opening the access log")?
+    };
+    Ok(Arc::new(Generation {
+        config: next,
+        access_log,
+    }))
+}

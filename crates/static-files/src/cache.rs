@@ -1,0 +1,213 @@
+//! The per-worker open-file cache: descriptor, metadata, validators, the pre-rendered header
+//! block and, for small files, the body. Entries are trusted for `file_cache.valid`, then
+//! re-checked on the blocking pool; negative results (404/403) are cached the same way.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::fs::File;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use bytes::Bytes;
+use ramjet_runtime::sys::FileStat;
+use tokio::time::Instant;
+
+/// What a cached path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    File,
+    Dir,
+    /// 403 or 404.
+    Refused(u16),
+}
+
+/// One cached path.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub(crate) kind: Kind,
+    pub(crate) file: Option<Arc<File>>,
+    pub(crate) stat: Option<FileStat>,
+    pub(crate) body: Option<Bytes>,
+    /// Strong ETag with quotes.
+    pub(crate) etag: Box<[u8]>,
+    pub(crate) mtime: u64,
+    pub(crate) content_type: Box<str>,
+    /// `Content-Type` line followed by the validator lines.
+    pub(crate) head: Bytes,
+    /// `head[validators_at..]`: Last-Modified, ETag, Accept-Ranges (+ encoding lines).
+    pub(crate) validators_at: usize,
+    pub(crate) checked: Cell<Instant>,
+    used: Cell<u64>,
+}
+
+impl Entry {
+    pub(crate) fn refused(code: u16) -> Entry {
+        Entry {
+            kind: Kind::Refused(code),
+            file: None,
+            stat: None,
+            body: None,
+            etag: Box::default(),
+            mtime: 0,
+            content_type: Box::default(),
+            head: Bytes::new(),
+            validators_at: 0,
+            checked: Cell::new(Instant::now()),
+            used: Cell::new(0),
+        }
+    }
+
+    /// Build an entry for an opened file or directory; `extra` header lines (encoding,
+    /// Vary) are rendered into the shared block.
+    pub(crate) fn found(
+        file: File,
+        stat: FileStat,
+        body: Option<Vec<u8>>,
+        content_type: String,
+        extra: &str,
+    ) -> Entry {
+        let mtime = stat
+            .mtime
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let etag = format!("\"{mtime:x}-{:x}\"", stat.size);
+        let mut head = format!("Content-Type: {content_type}\r\n");
+        let validators_at = head.len();
+        head.push_str("Last-Modified: ");
+        head.push_str(&httpdate::fmt_http_date(stat.mtime));
+        head.push_str("\r\nETag: ");
+        head.push_str(&etag);
+        head.push_str("\r\nAccept-Ranges: bytes\r\n");
+        head.push_str(extra);
+        Entry {
+            kind: if stat.is_dir { Kind::Dir } else { Kind::File },
+            file: Some(Arc::new(file)),
+            stat: Some(stat),
+            body: body.map(Bytes::from),
+            etag: etag.into_bytes().into_boxed_slice(),
+            mtime,
+            content_type: content_type.into_boxed_str(),
+            head: Bytes::from(head),
+            validators_at,
+            checked: Cell::new(Instant::now()),
+            used: Cell::new(0),
+        }
+    }
+
+    pub(crate) fn size(&self) -> u64 {
+        self.stat.map_or(0, |s| s.size)
+    }
+
+    pub(crate) fn validators(&self) -> Bytes {
+        self.head.slice(self.validators_at..)
+    }
+}
+
+/// The cache proper; keys are `location id, variant, path` packed into bytes.
+#[derive(Debug)]
+pub(crate) struct FileCache {
+    map: HashMap<Box<[u8]>, std::rc::Rc<Entry>>,
+    memory: u64,
+    clock: u64,
+    /// Reused buffer for building lookup keys without allocating.
+    key: Vec<u8>,
+}
+
+impl FileCache {
+    pub(crate) fn new() -> FileCache {
+        FileCache {
+            map: HashMap::new(),
+            memory: 0,
+            clock: 0,
+            key: Vec::new(),
+        }
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.map.clear();
+        self.memory = 0;
+    }
+
+    fn build_key(&mut self, location: usize, variant: u8, path: &[u8]) {
+        self.key.clear();
+        self.key.extend_from_slice(&(location as u32).to_le_bytes());
+        self.key.push(variant);
+        self.key.extend_from_slice(path);
+    }
+
+    /// The entry, if present (fresh or not).
+    pub(crate) fn get(
+        &mut self,
+        location: usize,
+        variant: u8,
+        path: &[u8],
+    ) -> Option<std::rc::Rc<Entry>> {
+        self.build_key(location, variant, path);
+        self.clock += 1;
+        let e = self.map.get(self.key.as_slice())?;
+        e.used.set(self.clock);
+        Some(e.clone())
+    }
+
+    /// Insert (or replace) an entry, evicting the least recently used eighth when over the
+    /// entry or memory budget.
+    pub(crate) fn insert(
+        &mut self,
+        location: usize,
+        variant: u8,
+        path: &[u8],
+        entry: Entry,
+        max_entries: usize,
+        max_memory: u64,
+    ) -> std::rc::Rc<Entry> {
+        self.build_key(location, variant, path);
+        self.clock += 1;
+        entry.used.set(self.clock);
+        let mut entry = entry;
+        if entry
+            .body
+            .as_ref()
+            .is_some_and(|b| b.len() as u64 > max_memory / 4)
+        {
+            entry.body = None;
+        }
+        let added = entry.body.as_ref().map_or(0, |b| b.len() as u64);
+        let entry = std::rc::Rc::new(entry);
+        if let Some(old) = self
+            .map
+            .insert(self.key.clone().into_boxed_slice(), entry.clone())
+        {
+            self.memory -= old.body.as_ref().map_or(0, |b| b.len() as u64);
+        }
+        self.memory += added;
+        if self.map.len() > max_entries || self.memory > max_memory {
+            self.evict(max_entries, max_memory);
+        }
+        entry
+    }
+
+    fn evict(&mut self, max_entries: usize, max_memory: u64) {
+        let mut stamps: Vec<u64> = self.map.values().map(|e| e.used.get()).collect();
+        stamps.sort_unstable();
+        let mut cut_index = stamps.len() / 8;
+        if self.memory > max_memory {
+            cut_index = stamps.len() / 2;
+        }
+        let cut = stamps.get(cut_index).copied().unwrap_or(0);
+        let mut freed = 0;
+        self.map.retain(|_, e| {
+            let keep = e.used.get() > cut;
+            if !keep {
+                freed += e.body.as_ref().map_or(0, |b| b.len() as u64);
+            }
+            keep
+        });
+        self.memory -= freed;
+        let _ = max_entries;
+    }
+}
+
+/// Whether an entry checked at `checked` must be re-checked now.
+pub(crate) fn stale(checked: Instant, valid: Duration) -> bool {
+    checked.elapsed() >= valid
+}

@@ -1,0 +1,113 @@
+//! Opening a path beneath the document root under a symlink policy. Runs on the blocking
+//! pool: open and stat may wait for the disk.
+
+use std::fs::File;
+use std::io::{self, Read};
+
+use ramjet_config::SymlinkPolicy;
+use ramjet_runtime::sys::{self, FileStat, OpenPolicy};
+
+/// What the blocking side found.
+#[derive(Debug)]
+pub(crate) enum Loaded {
+    Found {
+        file: File,
+        stat: FileStat,
+        /// The whole file, when it is small enough to serve from memory.
+        body: Option<Vec<u8>>,
+    },
+    /// Same file as `prev` (device, inode, size, mtime): keep the cached entry.
+    Unchanged,
+    /// 403 or 404.
+    Refused(u16),
+}
+
+/// Open `rel` (normalised, no leading `/`) beneath `root`.
+pub(crate) fn load(
+    root: &File,
+    rel: &[u8],
+    policy: SymlinkPolicy,
+    small_max: u64,
+    prev: Option<FileStat>,
+) -> Loaded {
+    let opened = match policy {
+        SymlinkPolicy::InsideRoot => sys::open_beneath(root, rel, OpenPolicy::Beneath),
+        SymlinkPolicy::Never => sys::open_beneath(root, rel, OpenPolicy::NoSymlinks),
+        SymlinkPolicy::OwnerMatch => match sys::open_beneath(root, rel, OpenPolicy::NoSymlinks) {
+            Err(e) if e.raw_os_error() == Some(libc_eloop()) => {
+                if let Err(code) = owners_match(root, rel) {
+                    return Loaded::Refused(code);
+                }
+                sys::open_beneath(root, rel, OpenPolicy::Beneath)
+            }
+            other => other,
+        },
+    };
+    let (mut file, stat) = match opened {
+        Ok(found) => found,
+        Err(e) => return Loaded::Refused(refusal(&e)),
+    };
+    if !stat.is_file && !stat.is_dir {
+        return Loaded::Refused(403);
+    }
+    if let Some(p) = prev {
+        if (p.dev, p.ino, p.size, p.mtime) == (stat.dev, stat.ino, stat.size, stat.mtime) {
+            return Loaded::Unchanged;
+        }
+    }
+    let body = if stat.is_file && stat.size <= small_max {
+        let mut body = Vec::with_capacity(stat.size as usize);
+        match file.read_to_end(&mut body) {
+            // A file that changed size while read is served by sendfile instead.
+            Ok(n) if n as u64 == stat.size => Some(body),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::error!("read failed: {e}");
+                return Loaded::Refused(403);
+            }
+        }
+    } else {
+        None
+    };
+    Loaded::Found { file, stat, body }
+}
+
+fn libc_eloop() -> i32 {
+    40 // ELOOP on Linux
+}
+
+/// Errno to status: missing is 404; denied, escaping or disallowed symlinks are 403.
+fn refusal(e: &io::Error) -> u16 {
+    match e.raw_os_error() {
+        Some(2) | Some(20) | Some(36) => 404, // ENOENT, ENOTDIR, ENAMETOOLONG
+        Some(13) | Some(1) | Some(18) | Some(40) => 403, // EACCES, EPERM, EXDEV (escape), ELOOP
+        _ => {
+            tracing::warn!("open failed: {e}");
+            404
+        }
+    }
+}
+
+/// Apache `SymLinksIfOwnerMatch`: every symlink on the path must have the same owner as
+/// what it points to.
+fn owners_match(root: &File, rel: &[u8]) -> Result<(), u16> {
+    let mut end = 0;
+    while end < rel.len() {
+        end = rel[end..]
+            .iter()
+            .position(|&b| b == b'/')
+            .map_or(rel.len(), |p| end + p);
+        let prefix = &rel[..end];
+        end += 1;
+        let link = sys::stat_beneath(root, prefix).map_err(|e| refusal(&e))?;
+        if !link.is_symlink {
+            continue;
+        }
+        let (_, target) =
+            sys::open_beneath(root, prefix, OpenPolicy::Beneath).map_err(|e| refusal(&e))?;
+        if target.uid != link.uid {
+            return Err(403);
+        }
+    }
+    Ok(())
+}
