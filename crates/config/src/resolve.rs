@@ -323,7 +323,7 @@ impl Resolver<'_> {
                 "a virtual host needs a root or at least one location".into(),
             ));
         }
-        out.sort_by(|a, b| b.prefix.len().cmp(&a.prefix.len()));
+        out.sort_by_key(|l| std::cmp::Reverse(l.prefix.len()));
         Ok(out)
     }
 

@@ -42,11 +42,12 @@ pub fn normalize(target: &str) -> Result<CleanPath<'_>, PathError> {
         return Err(PathError::NotAbsolute);
     }
     let bytes = raw_path.as_bytes();
+    let segments = bytes[1..].split(|&b| b == b'/').count();
     let needs_work = bytes.iter().any(|&b| b == b'%' || b == 0)
         || bytes[1..]
             .split(|&b| b == b'/')
             .enumerate()
-            .any(|(i, seg)| seg == b"." || seg == b".." || (seg.is_empty() && i > 0));
+            .any(|(i, seg)| seg == b"." || seg == b".." || (seg.is_empty() && i + 1 < segments));
     if !needs_work {
         return Ok(CleanPath {
             path: Cow::Borrowed(bytes),
@@ -133,6 +134,11 @@ mod tests {
         assert!(matches!(c.path, Cow::Borrowed(b"/a/b.txt")));
         assert_eq!(c.query, Some("x=1"));
         assert_eq!(n("?q").unwrap(), b"/");
+        assert!(matches!(
+            normalize("/dir/").unwrap().path,
+            Cow::Borrowed(b"/dir/")
+        ));
+        assert_eq!(n("//a").unwrap(), b"/a");
     }
 
     #[test]

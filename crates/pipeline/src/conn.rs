@@ -165,10 +165,10 @@ impl Conn {
                         }
                     }
                     first = false;
-                    if self.out.responses() >= MAX_BATCH || self.out.buffered() >= MAX_BATCH_BYTES {
-                        if !self.flush(w).await {
-                            return;
-                        }
+                    if (self.out.responses() >= MAX_BATCH || self.out.buffered() >= MAX_BATCH_BYTES)
+                        && !self.flush(w).await
+                    {
+                        return;
                     }
                     head_deadline = Instant::now() + config.timeouts.header;
                 }

@@ -89,20 +89,14 @@ impl Drop for OpenGuard<'_> {
 impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
     type Config = Generation;
 
-    fn serve(
-        self: Rc<Self>,
-        stream: TcpStream,
-        peer: SocketAddr,
-    ) -> impl std::future::Future<Output = ()> + 'static {
-        async move {
-            let max = self.current.borrow().config.limits.max_connections;
-            if self.open.get() >= max || self.stopping.get() {
-                return;
-            }
-            self.open.set(self.open.get() + 1);
-            let _guard = OpenGuard(&self.open);
-            crate::conn::run(&self, stream, peer).await;
+    async fn serve(self: Rc<Self>, stream: TcpStream, peer: SocketAddr) {
+        let max = self.current.borrow().config.limits.max_connections;
+        if self.open.get() >= max || self.stopping.get() {
+            return;
         }
+        self.open.set(self.open.get() + 1);
+        let _guard = OpenGuard(&self.open);
+        crate::conn::run(&self, stream, peer).await;
     }
 
     fn reload(&self, generation: Arc<Generation>) {

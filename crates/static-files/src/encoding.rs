@@ -12,7 +12,7 @@ pub(crate) fn accepts(header: &[u8], token: &str) -> bool {
                 (p.len() > 2 && p[..2].eq_ignore_ascii_case(b"q=")).then(|| &p[2..])
             })
             .next()
-            .map_or(true, |q| {
+            .is_none_or(|q| {
                 std::str::from_utf8(q)
                     .ok()
                     .and_then(|q| q.parse::<f32>().ok())

@@ -256,11 +256,8 @@ async fn listing(req: &Request<'_>, dir: &Entry) -> Response {
 }
 
 impl Content for StaticFiles {
-    fn produce<'r>(
-        &'r self,
-        req: &'r Request<'r>,
-    ) -> impl std::future::Future<Output = Outcome> + 'r {
-        async move { Outcome::Respond(self.serve(req).await) }
+    async fn produce<'r>(&'r self, req: &'r Request<'r>) -> Outcome {
+        Outcome::Respond(self.serve(req).await)
     }
 
     fn on_reload(&self) {

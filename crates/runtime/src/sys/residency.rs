@@ -70,10 +70,7 @@ pub fn is_resident(file: &File, offset: u64, len: u64) -> bool {
 fn nowait_byte(file: &File, offset: u64) -> bool {
     let mut b = [0u8; 1];
     let mut iov = [io::IoSliceMut::new(&mut b)];
-    matches!(
-        rustix::io::preadv2(file, &mut iov, offset, rustix::io::ReadWriteFlags::NOWAIT),
-        Ok(_)
-    )
+    rustix::io::preadv2(file, &mut iov, offset, rustix::io::ReadWriteFlags::NOWAIT).is_ok()
 }
 
 /// Read `[offset, offset+len)` into the page cache, blocking; run only on the blocking pool.

@@ -1,0 +1,120 @@
+//! Files: types, index files, redirects, large files by sendfile, precompressed siblings.
+
+use crate::{bytes, server_with};
+
+#[test]
+fn types_index_and_redirects() {
+    let s = server_with(
+        &[
+            ("index.html", b"<h1>home</h1>"),
+            ("docs/index.html", b"docs"),
+            ("style.css", b"body{}"),
+            ("data.json", b"{}"),
+            ("a.log", b"log"),
+            ("blob", b"\x00\x01"),
+            ("empty/.keep", b""),
+        ],
+        "[defaults]\ntypes = { log = \"text/plain\" }\n",
+    );
+    let r = s.get("/");
+    assert_eq!((r.status, r.text().as_str()), (200, "<h1>home</h1>"));
+    assert_eq!(
+        r.header("Content-Type").as_deref(),
+        Some("text/html; charset=utf-8")
+    );
+    assert_eq!(
+        s.get("/style.css").header("Content-Type").as_deref(),
+        Some("text/css; charset=utf-8")
+    );
+    assert_eq!(
+        s.get("/data.json").header("Content-Type").as_deref(),
+        Some("application/json; charset=utf-8")
+    );
+    assert_eq!(
+        s.get("/a.log").header("Content-Type").as_deref(),
+        Some("text/plain; charset=utf-8")
+    );
+    assert_eq!(
+        s.get("/blob").header("Content-Type").as_deref(),
+        Some("application/octet-stream")
+    );
+    let r = s.get("/docs?x=1&y=%20");
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("Location").as_deref(), Some("/docs/?x=1&y=%20"));
+    assert_eq!(s.get("/docs/").text(), "docs");
+    // A directory without index and without autoindex is forbidden, as in nginx.
+    assert_eq!(s.get("/empty/").status, 403);
+    assert_eq!(s.get("/nope").status, 404);
+    assert_eq!(s.get("/style.css/").status, 404);
+    s.assert_clean_log(&[]);
+}
+
+#[test]
+fn large_files_by_sendfile_and_small_from_memory() {
+    let big = bytes(3 * 1024 * 1024 + 17, 1);
+    let small = bytes(1000, 2);
+    let s = server_with(
+        &[("big.bin", &big), ("small.bin", &small)],
+        "[file_cache]\nsmall_file_max = \"64k\"\n",
+    );
+    let mut c = s.client();
+    for _ in 0..3 {
+        c.send(
+            b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\nGET /small.bin HTTP/1.1\r\nHost: t\r\n\r\n",
+        );
+        assert!(c.response(false).body == big);
+        assert!(c.response(false).body == small);
+    }
+    s.assert_clean_log(&[]);
+}
+
+#[test]
+fn file_changes_are_noticed() {
+    let s = server_with(&[("f.txt", b"one")], "[file_cache]\nvalid = \"100ms\"\n");
+    assert_eq!(s.get("/f.txt").text(), "one");
+    std::fs::write(s.root().join("f.txt.new"), b"two!").unwrap();
+    std::fs::rename(s.root().join("f.txt.new"), s.root().join("f.txt")).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(250));
+    assert_eq!(s.get("/f.txt").text(), "two!");
+    std::fs::remove_file(s.root().join("f.txt")).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(250));
+    assert_eq!(s.get("/f.txt").status, 404);
+    s.assert_clean_log(&[]);
+}
+
+#[test]
+fn precompressed_siblings() {
+    let s = server_with(
+        &[
+            ("app.js", b"plain"),
+            ("app.js.gz", b"GZ"),
+            ("app.js.zst", b"ZSTD"),
+            ("only.txt", b"x"),
+        ],
+        "[defaults]\nprecompressed = [\"zstd\", \"br\", \"gzip\"]\n",
+    );
+    let get = |ae: &str| {
+        let mut c = s.client();
+        c.send(format!("GET /app.js HTTP/1.1\r\nHost: t\r\nAccept-Encoding: {ae}\r\nConnection: close\r\n\r\n").as_bytes());
+        c.response(false)
+    };
+    let r = get("gzip, deflate, br, zstd");
+    assert_eq!(r.text(), "ZSTD");
+    assert_eq!(r.header("Content-Encoding").as_deref(), Some("zstd"));
+    assert_eq!(r.header("Vary").as_deref(), Some("Accept-Encoding"));
+    assert_eq!(
+        r.header("Content-Type").as_deref(),
+        Some("text/javascript; charset=utf-8")
+    );
+    let r = get("gzip");
+    assert_eq!(
+        (r.text().as_str(), r.header("Content-Encoding").as_deref()),
+        ("GZ", Some("gzip"))
+    );
+    let r = get("gzip;q=0, identity");
+    assert_eq!(r.text(), "plain");
+    assert_eq!(r.header("Content-Encoding"), None);
+    assert_eq!(r.header("Vary").as_deref(), Some("Accept-Encoding"));
+    assert_ne!(get("zstd").header("ETag"), get("identity").header("ETag"));
+    s.assert_clean_log(&[]);
+}

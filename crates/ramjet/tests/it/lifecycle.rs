@@ -1,0 +1,230 @@
+//! Timeouts, slow and vanishing clients, reload, graceful stop, access log and reopen.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use crate::{bytes, server_with};
+
+#[test]
+fn slowloris_does_not_starve_normal_clients() {
+    let s = server_with(
+        &[("ok.txt", b"ok")],
+        "workers = 1\n[timeouts]\nheader = \"2s\"\n",
+    );
+    // Hundreds of connections that send a partial head and then stall.
+    let mut idle: Vec<TcpStream> = (0..400)
+        .map(|_| {
+            let mut t = TcpStream::connect(s.addr).unwrap();
+            t.write_all(b"GET /ok.txt HTTP/1.1\r\nHost: t\r\nX-Slow: ")
+                .unwrap();
+            t
+        })
+        .collect();
+    for _ in 0..20 {
+        assert_eq!(s.get("/ok.txt").text(), "ok");
+    }
+    // Past the header timeout each stalled connection gets 408 and is closed.
+    let t = &mut idle[0];
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = Vec::new();
+    t.read_to_end(&mut got).unwrap();
+    assert!(
+        String::from_utf8_lossy(&got).starts_with("HTTP/1.1 408"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    s.assert_clean_log(&[]);
+}
+
+#[test]
+fn idle_keep_alive_connections_are_closed() {
+    let s = server_with(&[("ok.txt", b"ok")], "[timeouts]\nkeepalive = \"300ms\"\n");
+    let mut c = s.client();
+    c.send(b"GET /ok.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).text(), "ok");
+    let start = Instant::now();
+    assert!(c.closed());
+    assert!(start.elapsed() < Duration::from_secs(5));
+    s.assert_clean_log(&[]);
+}
+
+#[test]
+fn client_abort_mid_download_is_logged_and_harmless() {
+    let big = bytes(20 * 1024 * 1024, 9);
+    let s = server_with(
+        &[("big.bin", &big), ("ok.txt", b"ok")],
+        "[log]\naccess = \"{dir}/access.log\"\n",
+    );
+    for _ in 0..5 {
+        let mut t = TcpStream::connect(s.addr).unwrap();
+        t.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        let mut part = vec![0u8; 100_000];
+        t.read_exact(&mut part).unwrap();
+        drop(t); // vanish mid-body
+    }
+    assert_eq!(s.get("/ok.txt").text(), "ok");
+    std::thread::sleep(Duration::from_millis(1500));
+    let log = std::fs::read_to_string(s.path("access.log")).unwrap();
+    let aborted: Vec<&str> = log.lines().filter(|l| l.contains("/big.bin")).collect();
+    assert_eq!(aborted.len(), 5, "{log}");
+    for line in aborted {
+        let sent: u64 = line
+            .split("\" 200 ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            sent < big.len() as u64,
+            "logged {sent} bytes for an aborted download"
+        );
+    }
+    s.assert_clean_log(&[]);
+}
+
+#[test]
+fn reload_under_load_without_failed_requests() {
+    let mut s = server_with(&[("v.txt", b"one")], "");
+    std::fs::create_dir(s.path("root2")).unwrap();
+    std::fs::write(s.path("root2/v.txt"), b"two").unwrap();
+    let addr = s.addr;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let load = std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let mut failures = 0;
+        while !flag.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut c = ramjet_testkit::Client::connect(addr);
+            for _ in 0..20 {
+                c.send(b"GET /v.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+                match c.try_response(false) {
+                    Some(r) if r.status == 200 => seen.push(r.text()),
+                    _ => failures += 1,
+                }
+            }
+        }
+        (seen, failures)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    s.rewrite_config("[[location]]\nroot = \"root2\"\n");
+    s.signal(libc::SIGHUP);
+    assert!(s.wait_for_log("configuration reloaded", Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(300));
+    // A broken config is refused; the running one stays.
+    s.rewrite_config("[[location]]\nroot = \"does-not-exist\"\n");
+    s.signal(libc::SIGHUP);
+    assert!(s.wait_for_log("reload refused", Duration::from_secs(10)));
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (seen, failures) = load.join().unwrap();
+    assert_eq!(failures, 0);
+    assert!(seen.iter().any(|t| t == "one") && seen.last().map(String::as_str) == Some("two"));
+    assert_eq!(s.get("/v.txt").text(), "two");
+    s.assert_clean_log(&["reload refused"]);
+    assert!(s.stop().success());
+}
+
+#[test]
+fn graceful_stop_finishes_in_flight_downloads() {
+    let big = bytes(8 * 1024 * 1024, 11);
+    let mut s = server_with(&[("big.bin", &big)], "[timeouts]\nshutdown = \"20s\"\n");
+    let mut t = TcpStream::connect(s.addr).unwrap();
+    t.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut first = vec![0u8; 1000];
+    t.read_exact(&mut first).unwrap();
+    // An idle keep-alive connection is closed at once on stop.
+    let mut idle = s.client();
+    idle.send(b"GET /big.bin HTTP/1.1\r\nHost: t\r\nRange: bytes=0-0\r\n\r\n");
+    assert_eq!(idle.response(false).status, 206);
+    s.signal(libc::SIGTERM);
+    assert!(idle.closed());
+    // New connections are refused once the listeners are closed.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(TcpStream::connect(s.addr).is_err());
+    let mut rest = Vec::new();
+    t.read_to_end(&mut rest).unwrap();
+    let all = [first, rest].concat();
+    let body_at = all.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert!(
+        all[body_at..] == big[..],
+        "download cut short: {} bytes",
+        all.len() - body_at
+    );
+    assert!(s.wait_exit(Duration::from_secs(30)).success());
+}
+
+#[test]
+fn access_log_formats_and_reopen() {
+    let s = server_with(
+        &[("x.txt", b"hello")],
+        "[log]\naccess = \"{dir}/access.log\"\n",
+    );
+    let mut c = s.client();
+    c.send(b"GET /x.txt HTTP/1.1\r\nHost: t\r\nReferer: http://r/\r\nUser-Agent: t\"ester\r\nConnection: close\r\n\r\n");
+    c.response(false);
+    std::thread::sleep(Duration::from_millis(1500));
+    let log = std::fs::read_to_string(s.path("access.log")).unwrap();
+    assert!(log.contains("127.0.0.1 - - ["), "{log}");
+    assert!(
+        log.contains("] \"GET /x.txt HTTP/1.1\" 200 5 \"http://r/\" \"t\\x22ester\"\n"),
+        "{log}"
+    );
+    // logrotate: move the file away, USR1, new lines go to a new file.
+    std::fs::rename(s.path("access.log"), s.path("access.log.1")).unwrap();
+    s.signal(libc::SIGUSR1);
+    assert!(s.wait_for_log("access log reopened", Duration::from_secs(5)));
+    s.get("/missing");
+    std::thread::sleep(Duration::from_millis(1500));
+    let fresh = std::fs::read_to_string(s.path("access.log")).unwrap();
+    assert!(fresh.contains("\"GET /missing HTTP/1.1\" 404"), "{fresh}");
+    s.assert_clean_log(&[]);
+}
+
+#[test]
+fn json_access_log() {
+    let s = server_with(
+        &[("x.txt", b"hello")],
+        "[log]\naccess = \"{dir}/a.json\"\nformat = \"json\"\n",
+    );
+    s.get("/x.txt");
+    std::thread::sleep(Duration::from_millis(1500));
+    let log = std::fs::read_to_string(s.path("a.json")).unwrap();
+    assert!(
+        log.contains("\"status\":200") && log.contains("\"bytes\":5"),
+        "{log}"
+    );
+    s.assert_clean_log(&[]);
+}
+
+#[test]
+fn serve_a_directory_with_no_config() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("index.html"), "home").unwrap();
+    let mut child = std::process::Command::new(crate::BIN)
+        .args(["serve"])
+        .arg(dir.path())
+        .args(["--listen", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest.split(' ').next().unwrap().to_string();
+        }
+    };
+    let (ok, body) = crate::curl(&[&format!("http://{addr}/")]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(ok);
+    assert_eq!(body, b"home");
+}

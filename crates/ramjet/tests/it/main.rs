@@ -1,0 +1,53 @@
+//! Integration tests: each starts the real `ramjet` binary and speaks raw bytes (and curl)
+//! to it, then checks the server logged no unexpected error.
+
+mod autoindex;
+mod codec;
+mod conditional;
+mod config;
+mod docs;
+mod files;
+mod lifecycle;
+mod ranges;
+mod security;
+
+use ramjet_testkit::Server;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_ramjet");
+
+/// A server whose root holds the given files (path, contents); `config` adds to the defaults.
+pub fn server_with(files: &[(&str, &[u8])], config: &str) -> Server {
+    let dir = Server::dir();
+    for (path, data) in files {
+        let p = dir.path().join("root").join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, data).unwrap();
+    }
+    Server::start(BIN, dir, config)
+}
+
+/// `n` deterministic pseudo-random bytes.
+pub fn bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407)
+        | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Run curl with `args`; returns (exit ok, stdout).
+pub fn curl(args: &[&str]) -> (bool, Vec<u8>) {
+    let out = std::process::Command::new("curl")
+        .args(["-s", "--max-time", "20"])
+        .args(args)
+        .output()
+        .expect("curl is installed");
+    (out.status.success(), out.stdout)
+}
