@@ -1,6 +1,7 @@
 //! The content stage's contract: exactly one producer answers a request.
 
 use std::future::Future;
+use std::pin::Pin;
 
 use ramjet_config::{Location, Resolved};
 use ramjet_http1::RequestHead;
@@ -29,10 +30,17 @@ pub enum Outcome {
     Declined,
 }
 
+/// Work a producer could not finish at once (it needs the disk, a backend, ...).
+pub type Later<'r> = Pin<Box<dyn Future<Output = Outcome> + 'r>>;
+
 /// A content producer, one instance per worker (so it may keep `!Send` caches).
+///
+/// `produce` answers at once when it can (a cache hit: no allocation, no await) and returns
+/// boxed work otherwise. Keeping the slow path boxed keeps every connection's future small,
+/// which is what bounds memory per idle connection.
 pub trait Content: 'static {
-    /// Answer `req`. May await (disk work goes to the blocking pool), never blocks.
-    fn produce<'r>(&'r self, req: &'r Request<'r>) -> impl Future<Output = Outcome> + 'r;
+    /// Answer `req` now (`Ok`), or return the work that will (`Err`). Never blocks.
+    fn produce<'r>(&'r self, req: &'r Request<'r>) -> Result<Outcome, Later<'r>>;
     /// The configuration was replaced: drop anything derived from the old one.
     fn on_reload(&self) {}
     /// Called about once a second.

@@ -16,7 +16,7 @@ mod response;
 pub mod stage;
 mod worker;
 
-pub use content::{Content, Outcome, Request};
+pub use content::{Content, Later, Outcome, Request};
 pub use error_page::error_response;
 pub use response::{Body, Part, Response};
 pub use worker::{Generation, HttpWorker};

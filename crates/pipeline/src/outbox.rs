@@ -78,6 +78,13 @@ impl Outbox {
         self.segs.is_empty()
     }
 
+    /// Heap bytes held by this outbox's buffers (for pooling decisions).
+    pub(crate) fn capacity_bytes(&self) -> usize {
+        self.mem.capacity()
+            + self.segs.capacity() * std::mem::size_of::<Seg>()
+            + self.body_written.capacity() * 8
+    }
+
     /// Responses queued in this batch.
     pub(crate) fn responses(&self) -> u32 {
         self.responses
@@ -201,37 +208,44 @@ impl Outbox {
             } = &self.segs[i]
             {
                 let (file, offset, len, resp) = (file.clone(), *offset, *len, *resp);
-                send_file(
+                // Boxed: one allocation per file segment; inline, this future would grow
+                // every connection's state.
+                Box::pin(send_file(
                     stream,
                     &file,
                     offset,
                     len,
                     send_timeout,
                     &mut self.body_written[resp as usize],
-                )
+                ))
                 .await?;
                 i += 1;
                 continue;
             }
-            let mut iov = [IoSlice::new(&[]); MAX_IOV];
-            let mut n = 0;
-            for seg in &self.segs[i..] {
-                let slice: &[u8] = match seg {
-                    Seg::Mem { start, end, .. } => &self.mem[*start..*end],
-                    Seg::Shared { bytes, .. } => bytes,
-                    Seg::File { .. } => break,
-                };
-                iov[n] = IoSlice::new(if n == 0 {
-                    &slice[done as usize..]
-                } else {
-                    slice
-                });
-                n += 1;
-                if n == MAX_IOV {
-                    break;
+            // The iovec array lives only in this block, never across an await: it would
+            // otherwise add 1 KiB to every connection's future.
+            let attempt = {
+                let mut iov = [IoSlice::new(&[]); MAX_IOV];
+                let mut n = 0;
+                for seg in &self.segs[i..] {
+                    let slice: &[u8] = match seg {
+                        Seg::Mem { start, end, .. } => &self.mem[*start..*end],
+                        Seg::Shared { bytes, .. } => bytes,
+                        Seg::File { .. } => break,
+                    };
+                    iov[n] = IoSlice::new(if n == 0 {
+                        &slice[done as usize..]
+                    } else {
+                        slice
+                    });
+                    n += 1;
+                    if n == MAX_IOV {
+                        break;
+                    }
                 }
-            }
-            let mut wrote = match stream.try_write_vectored(&iov[..n]) {
+                stream.try_write_vectored(&iov[..n])
+            };
+            let mut wrote = match attempt {
                 Ok(w) => w as u64,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     wait_writable(stream, send_timeout).await?;

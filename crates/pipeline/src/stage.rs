@@ -5,6 +5,9 @@ use ramjet_config::Resolved;
 use ramjet_http1::path::{self, CleanPath};
 use ramjet_http1::{Method, RequestHead};
 
+use std::future::Future;
+use std::pin::Pin;
+
 use crate::content::{Content, Outcome, Request};
 use crate::error_page::error_response;
 use crate::response::Response;
@@ -56,37 +59,66 @@ pub const STAGES: [Stage; 9] = [
     },
 ];
 
+/// A response that needs more work first (the content stage's slow path).
+pub(crate) type Pending<'r> = Pin<Box<dyn Future<Output = Response> + 'r>>;
+
 /// Stages 2–5 for one parsed request: route, admit, content (whose producer applies the
-/// conditional and range filters to its own representation).
-pub(crate) async fn respond<C: Content>(
-    content: &C,
-    config: &Resolved,
-    head: &RequestHead<'_>,
-) -> Response {
+/// conditional and range filters to its own representation). `Ok` is the answer now;
+/// `Err` is boxed work for a producer that has to wait (disk, listing).
+pub(crate) fn respond<'r, C: Content>(
+    content: &'r C,
+    config: &'r Resolved,
+    head: &'r RequestHead<'r>,
+) -> Result<Response, Pending<'r>> {
     // route
-    let clean: CleanPath<'_> = match path::normalize(head.path) {
+    let clean: CleanPath<'r> = match path::normalize(head.path) {
         Ok(c) => c,
-        Err(_) => return error_response(400),
+        Err(_) => return Ok(error_response(400)),
     };
     let Some(location) = config.route(head.host, &clean.path) else {
-        return error_response(404);
+        return Ok(error_response(404));
     };
     // admit
     match head.method {
         Method::Get | Method::Head => {}
-        Method::Other => return error_response(501),
-        _ => return error_response(405),
+        Method::Other => return Ok(error_response(501)),
+        _ => return Ok(error_response(405)),
     }
-    // content
-    let req = Request {
-        head,
-        path: &clean.path,
-        raw_path: clean.raw_path,
-        query: clean.query,
-        location,
-        config,
+    // content: the fast path answers from the producer's cache; if it cannot, the work is
+    // redone inside one boxed future that owns the normalised path.
+    let now = {
+        let req = Request {
+            head,
+            path: &clean.path,
+            raw_path: clean.raw_path,
+            query: clean.query,
+            location,
+            config,
+        };
+        content.produce(&req).ok()
     };
-    match content.produce(&req).await {
+    match now {
+        Some(outcome) => Ok(finish(outcome)),
+        None => Err(Box::pin(async move {
+            let req = Request {
+                head,
+                path: &clean.path,
+                raw_path: clean.raw_path,
+                query: clean.query,
+                location,
+                config,
+            };
+            let outcome = match content.produce(&req) {
+                Ok(o) => o,
+                Err(later) => later.await,
+            };
+            finish(outcome)
+        })),
+    }
+}
+
+fn finish(outcome: Outcome) -> Response {
+    match outcome {
         Outcome::Respond(r) => r,
         Outcome::Declined => error_response(404),
     }

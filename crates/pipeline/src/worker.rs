@@ -9,8 +9,10 @@ use ramjet_observe::{AccessLog, LogBuffer};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
+use crate::conn::Pending;
 use crate::content::Content;
 use crate::date::DateCache;
+use crate::outbox::Outbox;
 
 /// Most idle read buffers kept for reuse per worker.
 const POOLED_BUFFERS: usize = 256;
@@ -36,6 +38,7 @@ pub struct HttpWorker<C: Content> {
     pub(crate) stopping: Cell<bool>,
     pub(crate) shutdown: Notify,
     buffers: RefCell<Vec<Vec<u8>>>,
+    batches: RefCell<Vec<(Outbox, Vec<Pending>)>>,
 }
 
 impl<C: Content> HttpWorker<C> {
@@ -50,6 +53,7 @@ impl<C: Content> HttpWorker<C> {
             stopping: Cell::new(false),
             shutdown: Notify::new(),
             buffers: RefCell::new(Vec::new()),
+            batches: RefCell::new(Vec::new()),
         }
     }
 
@@ -76,6 +80,27 @@ impl<C: Content> HttpWorker<C> {
         }
     }
 }
+
+impl<C: Content> HttpWorker<C> {
+    /// Outbox and log storage for a connection that has work (capacity kept from reuse).
+    pub(crate) fn take_batch(&self) -> (Outbox, Vec<Pending>) {
+        self.batches.borrow_mut().pop().unwrap_or_default()
+    }
+
+    /// Return empty batch storage; dropped if the pool is full or it has grown large.
+    pub(crate) fn give_batch(&self, out: Outbox, pending: Vec<Pending>) {
+        if out.capacity_bytes() == 0 && pending.capacity() == 0 {
+            return;
+        }
+        let mut pool = self.batches.borrow_mut();
+        if pool.len() < POOLED_BUFFERS && out.capacity_bytes() <= MAX_POOLED_BATCH {
+            pool.push((out, pending));
+        }
+    }
+}
+
+/// Batch storage larger than this (after a big pipelined burst) is freed, not pooled.
+const MAX_POOLED_BATCH: usize = 16 * 1024;
 
 /// Decrements the open-connection count when a connection task ends, however it ends.
 struct OpenGuard<'a>(&'a Cell<usize>);

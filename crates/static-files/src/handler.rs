@@ -5,10 +5,10 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use bytes::Bytes;
-use ramjet_config::{Encoding, Location, Resolved};
+use ramjet_config::Encoding;
 use ramjet_http1::range::{parse_range, RangeOutcome};
 use ramjet_http1::Method;
-use ramjet_pipeline::{error_response, Body, Content, Outcome, Request, Response};
+use ramjet_pipeline::{error_response, Body, Content, Later, Outcome, Request, Response};
 use tokio::time::Instant;
 
 use crate::autoindex::{self, Format, Sort};
@@ -26,6 +26,24 @@ pub struct StaticFiles {
     cache: RefCell<FileCache>,
 }
 
+/// What the synchronous path could not do by itself.
+enum Need {
+    /// Open (or re-check) this path on the blocking pool, then try again.
+    Load {
+        variant: u8,
+        path: Vec<u8>,
+        /// The name whose extension gives the media type (the uncompressed name).
+        type_of: Vec<u8>,
+        /// Header lines for the entry's shared block.
+        extra: String,
+    },
+    /// Render a directory listing on the blocking pool.
+    Listing(Rc<Entry>),
+}
+
+/// A slow-path request loads at most this many entries (path, index files, siblings).
+const MAX_LOADS: usize = 16;
+
 impl Default for StaticFiles {
     fn default() -> Self {
         Self::new()
@@ -39,24 +57,131 @@ impl StaticFiles {
         }
     }
 
-    /// The cache entry for `rel` in `location`, (re)loading it on the blocking pool when
-    /// missing or due for a check.
-    async fn lookup(
+    /// A cache entry usable now: within `file_cache.valid`, or (re)loaded since `since`.
+    fn fresh(
         &self,
-        config: &Resolved,
-        location: &Location,
+        req: &Request<'_>,
         variant: u8,
-        rel: &[u8],
-        type_of: &[u8],
-        extra: &str,
-    ) -> Rc<Entry> {
-        let fc = &config.file_cache;
-        let cached = self.cache.borrow_mut().get(location.id, variant, rel);
-        if let Some(e) = &cached {
-            if !stale(e.checked.get(), fc.valid) {
-                return e.clone();
+        path: &[u8],
+        since: Option<Instant>,
+    ) -> Option<Rc<Entry>> {
+        let e = self
+            .cache
+            .borrow_mut()
+            .get(req.location.id, variant, path)?;
+        let checked = e.checked.get();
+        (!stale(checked, req.config.file_cache.valid) || since.is_some_and(|t| checked >= t))
+            .then_some(e)
+    }
+
+    /// Answer from the cache alone, or say what is missing.
+    fn try_serve(&self, req: &Request<'_>, since: Option<Instant>) -> Result<Response, Need> {
+        let s = &req.location.statics;
+        let rel = &req.path[1..];
+        let vary = if s.precompressed.is_empty() {
+            ""
+        } else {
+            "Vary: Accept-Encoding\r\n"
+        };
+        let need = |path: &[u8]| Need::Load {
+            variant: IDENTITY,
+            path: path.to_vec(),
+            type_of: path.to_vec(),
+            extra: vary.to_string(),
+        };
+        let entry = self
+            .fresh(req, IDENTITY, rel, since)
+            .ok_or_else(|| need(rel))?;
+        match entry.kind {
+            Kind::Refused(code) => Ok(error_response(code)),
+            Kind::File => self.try_serve_file(req, &entry, rel, since),
+            Kind::Dir => {
+                if !req.path.ends_with(b"/") {
+                    return Ok(redirect_to_slash(req));
+                }
+                for index in &s.index {
+                    let mut path = rel.to_vec();
+                    path.extend_from_slice(index.as_bytes());
+                    let e = self
+                        .fresh(req, IDENTITY, &path, since)
+                        .ok_or_else(|| need(&path))?;
+                    if e.kind == Kind::File {
+                        return self.try_serve_file(req, &e, &path, since);
+                    }
+                }
+                if s.autoindex {
+                    Err(Need::Listing(entry))
+                } else {
+                    Ok(error_response(403))
+                }
             }
         }
+    }
+
+    /// Pick the representation (a precompressed sibling if accepted and present), then
+    /// apply conditionals and ranges.
+    fn try_serve_file(
+        &self,
+        req: &Request<'_>,
+        identity: &Rc<Entry>,
+        rel: &[u8],
+        since: Option<Instant>,
+    ) -> Result<Response, Need> {
+        let s = &req.location.statics;
+        if let (false, Some(ae)) = (s.precompressed.is_empty(), req.head.accept_encoding) {
+            for (i, enc) in s.precompressed.iter().enumerate() {
+                if !accepts(ae, enc.token()) {
+                    continue;
+                }
+                let variant = 1 + i as u8;
+                let sibling = sibling_path(rel, *enc);
+                let Some(e) = self.fresh(req, variant, &sibling, since) else {
+                    return Err(Need::Load {
+                        variant,
+                        path: sibling,
+                        type_of: rel.to_vec(),
+                        extra: format!(
+                            "Content-Encoding: {}\r\nVary: Accept-Encoding\r\n",
+                            enc.token()
+                        ),
+                    });
+                };
+                if e.kind == Kind::File {
+                    return Ok(respond_with(req, &e));
+                }
+            }
+        }
+        Ok(respond_with(req, identity))
+    }
+
+    /// The slow path: load what is missing on the blocking pool, then answer.
+    async fn serve_slow(&self, req: &Request<'_>) -> Response {
+        let since = Instant::now();
+        for _ in 0..MAX_LOADS {
+            match self.try_serve(req, Some(since)) {
+                Ok(r) => return r,
+                Err(Need::Listing(dir)) => return listing(req, &dir).await,
+                Err(Need::Load {
+                    variant,
+                    path,
+                    type_of,
+                    extra,
+                }) => {
+                    self.load(req, variant, &path, &type_of, &extra).await;
+                }
+            }
+        }
+        tracing::error!(
+            "{}: gave up after {MAX_LOADS} loads",
+            String::from_utf8_lossy(req.path)
+        );
+        error_response(500)
+    }
+
+    /// (Re)open `rel` on the blocking pool and put the result in the cache.
+    async fn load(&self, req: &Request<'_>, variant: u8, rel: &[u8], type_of: &[u8], extra: &str) {
+        let (location, fc) = (req.location, &req.config.file_cache);
+        let cached = self.cache.borrow_mut().get(location.id, variant, rel);
         let s = &location.statics;
         let root = s.root.clone();
         let path = rel.to_vec();
@@ -67,9 +192,10 @@ impl StaticFiles {
             tokio::task::spawn_blocking(move || load(&root, &path, policy, small, prev)).await;
         let entry = match loaded {
             Ok(Loaded::Unchanged) => {
-                let e = cached.expect("Unchanged implies a previous entry");
-                e.checked.set(Instant::now());
-                return e;
+                if let Some(e) = cached {
+                    e.checked.set(Instant::now());
+                }
+                return;
             }
             Ok(Loaded::Found { file, stat, body }) => {
                 let ct = mime::content_type(type_of, &s.types, s.charset.as_deref());
@@ -83,69 +209,7 @@ impl StaticFiles {
         };
         self.cache
             .borrow_mut()
-            .insert(location.id, variant, rel, entry, fc.entries, fc.memory)
-    }
-
-    async fn serve(&self, req: &Request<'_>) -> Response {
-        let s = &req.location.statics;
-        let rel = &req.path[1..];
-        let vary = if s.precompressed.is_empty() {
-            ""
-        } else {
-            "Vary: Accept-Encoding\r\n"
-        };
-        let entry = self
-            .lookup(req.config, req.location, IDENTITY, rel, rel, vary)
-            .await;
-        match entry.kind {
-            Kind::Refused(code) => error_response(code),
-            Kind::File => self.serve_file(req, entry, rel).await,
-            Kind::Dir => {
-                if !req.path.ends_with(b"/") {
-                    return redirect_to_slash(req);
-                }
-                for index in &s.index {
-                    let mut path = rel.to_vec();
-                    path.extend_from_slice(index.as_bytes());
-                    let e = self
-                        .lookup(req.config, req.location, IDENTITY, &path, &path, vary)
-                        .await;
-                    if e.kind == Kind::File {
-                        return self.serve_file(req, e, &path).await;
-                    }
-                }
-                if s.autoindex {
-                    listing(req, &entry).await
-                } else {
-                    error_response(403)
-                }
-            }
-        }
-    }
-
-    async fn serve_file(&self, req: &Request<'_>, identity: Rc<Entry>, rel: &[u8]) -> Response {
-        let s = &req.location.statics;
-        let mut entry = identity;
-        if let (false, Some(ae)) = (s.precompressed.is_empty(), req.head.accept_encoding) {
-            for (i, enc) in s.precompressed.iter().enumerate() {
-                if !accepts(ae, enc.token()) {
-                    continue;
-                }
-                let sibling = sibling_path(rel, *enc);
-                let extra = format!(
-                    "Content-Encoding: {}\r\nVary: Accept-Encoding\r\n",
-                    enc.token()
-                );
-                let e = self
-                    .lookup(req.config, req.location, 1 + i as u8, &sibling, rel, &extra)
-                    .await;
-                if e.kind == Kind::File {
-                    entry = e;
-                    break;
-                }
-            }
-        }
-        respond_with(req, &entry)
+            .insert(location.id, variant, rel, entry, fc.entries, fc.memory);
     }
 }
 
@@ -256,8 +320,13 @@ async fn listing(req: &Request<'_>, dir: &Entry) -> Response {
 }
 
 impl Content for StaticFiles {
-    async fn produce<'r>(&'r self, req: &'r Request<'r>) -> Outcome {
-        Outcome::Respond(self.serve(req).await)
+    fn produce<'r>(&'r self, req: &'r Request<'r>) -> Result<Outcome, Later<'r>> {
+        match self.try_serve(req, None) {
+            Ok(response) => Ok(Outcome::Respond(response)),
+            Err(_) => Err(Box::pin(async move {
+                Outcome::Respond(self.serve_slow(req).await)
+            })),
+        }
     }
 
     fn on_reload(&self) {
