@@ -91,9 +91,11 @@ pub enum Parse<'b> {
 /// Leading empty lines are skipped (RFC 9112 §2.2). Over-long lines and heads are reported
 /// as soon as the limit is passed, without waiting for the rest.
 pub fn parse_request_head<'b>(buf: &'b [u8], limits: &Limits) -> Parse<'b> {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut fields);
-    let len = match req.parse(buf) {
+    // Uninitialised slots: initialising 100 fields (3.2 KB) per parse costs more than parsing.
+    let mut fields =
+        [const { std::mem::MaybeUninit::<httparse::Header<'b>>::uninit() }; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut []);
+    let len = match req.parse_with_uninit_headers(buf, &mut fields) {
         Ok(httparse::Status::Complete(len)) => len,
         Ok(httparse::Status::Partial) => return partial_verdict(buf, limits),
         Err(httparse::Error::TooManyHeaders) => return Parse::Invalid(ErrorKind::HeadersTooLarge),

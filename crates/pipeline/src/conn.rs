@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use ramjet_http1::status::reason;
 use ramjet_http1::{parse_request_head, BodyDecoder, Method, Parse, RequestHead, Version};
@@ -71,6 +70,8 @@ struct Conn {
     pending: Vec<Pending>,
     generation: Arc<Generation>,
     seen_generation: u64,
+    /// When the last bytes were read (one clock read per batch).
+    read_at: Instant,
     /// No more requests are read: close once the outbox is written.
     closing: bool,
     /// Close by draining unread input first.
@@ -87,6 +88,7 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, stream: TcpStream, peer: 
         pending: Vec::new(),
         generation: w.current(),
         seen_generation: w.generation.get(),
+        read_at: Instant::now(),
         closing: false,
         linger: false,
     };
@@ -96,8 +98,12 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, stream: TcpStream, peer: 
 
 impl Conn {
     async fn serve<C: Content>(&mut self, w: &HttpWorker<C>) {
-        let mut head_deadline = Instant::now() + self.generation.config.timeouts.header;
+        // Deadline for the head being read; set when a head turns out to be incomplete.
+        let mut head_deadline: Option<Instant> = None;
         let mut first = true;
+        // A local handle on the configuration (not `self.generation`), so that borrowing it
+        // does not conflict with `&mut self` calls; refreshed only when a reload happened.
+        let mut gen = self.generation.clone();
         loop {
             if self.start == self.buf.len() {
                 // Everything read has been answered: write, log, then wait idle.
@@ -106,28 +112,31 @@ impl Conn {
                 }
                 let t = &self.generation.config.timeouts;
                 let idle = if first { t.header } else { t.keepalive };
-                match self.read_more(w, Instant::now() + idle, true).await {
-                    ReadOutcome::Data => {
-                        head_deadline = Instant::now() + self.generation.config.timeouts.header
-                    }
-                    _ => return,
+                if !matches!(
+                    self.read_more(w, self.read_at + idle, true).await,
+                    ReadOutcome::Data
+                ) {
+                    return;
                 }
+                head_deadline = None;
                 first = false;
             }
             if w.generation.get() != self.seen_generation {
                 self.generation = w.current();
                 self.seen_generation = w.generation.get();
+                gen = self.generation.clone();
             }
-            let gen = self.generation.clone();
             let config = &gen.config;
             // The parsed head borrows the read buffer and is large: it lives only inside this
             // match, so the awaits below do not carry it in every connection's future.
             let answered = match parse_request_head(&self.buf[self.start..], &config.limits.http1) {
                 Parse::Partial => {
+                    let deadline =
+                        *head_deadline.get_or_insert(self.read_at + config.timeouts.header);
                     if !self.flush(w).await {
                         return;
                     }
-                    match self.read_more(w, head_deadline, false).await {
+                    match self.read_more(w, deadline, false).await {
                         ReadOutcome::Data => {}
                         ReadOutcome::Timeout => {
                             self.fail(w, 408, Version::Http11);
@@ -145,17 +154,18 @@ impl Conn {
                 }
                 Parse::Complete(head) => {
                     let body = BodyDecoder::new(head.framing, config.limits.max_body);
-                    let started = Instant::now();
+                    let started = self.read_at;
                     let response = match &body {
                         Err(kind) => error_response(kind.status()),
-                        Ok(_) => match stage::respond(&w.content, config, &head) {
+                        Ok(_) => match stage::respond(&w.content, config, &head, started) {
                             Ok(response) => response,
                             Err(later) => later.await,
                         },
                     };
                     let keep = head.keep_alive && body.is_ok() && !w.stopping.get();
-                    let pending = self.pending_of(&head, response.status, started);
-                    queue(w, &mut self.out, response, &head, keep);
+                    let status = response.status;
+                    let unix_secs = queue(w, &mut self.out, response, &head, keep);
+                    let pending = self.pending_of(&head, status, started, unix_secs);
                     self.pending.push(pending);
                     Answered {
                         head_len: head.head_len(),
@@ -184,17 +194,23 @@ impl Conn {
                 }
             }
             first = false;
+            head_deadline = None;
             if (self.out.responses() >= MAX_BATCH || self.out.buffered() >= MAX_BATCH_BYTES)
                 && !self.flush(w).await
             {
                 return;
             }
-            head_deadline = Instant::now() + config.timeouts.header;
         }
     }
 
     /// Record where the log fields of `head` sit in the read buffer.
-    fn pending_of(&self, head: &RequestHead<'_>, status: u16, started: Instant) -> Pending {
+    fn pending_of(
+        &self,
+        head: &RequestHead<'_>,
+        status: u16,
+        started: Instant,
+        unix_secs: u64,
+    ) -> Pending {
         let base = self.buf.as_ptr() as usize;
         let at = |s: &[u8]| {
             let from = s.as_ptr() as usize - base;
@@ -207,9 +223,7 @@ impl Conn {
             referer: head.referer.map(at),
             user_agent: head.user_agent.map(at),
             started,
-            unix_secs: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
+            unix_secs,
         }
     }
 
@@ -264,7 +278,7 @@ impl Conn {
             if !self.flush(w).await {
                 return false;
             }
-            let deadline = Instant::now() + self.generation.config.timeouts.header;
+            let deadline = self.read_at + self.generation.config.timeouts.header;
             if !matches!(self.read_more(w, deadline, false).await, ReadOutcome::Data) {
                 return false;
             }
@@ -360,7 +374,18 @@ impl Conn {
             }
             match self.stream.try_read_buf(&mut self.buf) {
                 Ok(0) => return ReadOutcome::Eof,
-                Ok(_) => return ReadOutcome::Data,
+                Ok(_) => {
+                    if self.buf.len() < self.buf.capacity() {
+                        // A short read drained the socket. try_read leaves tokio's readiness
+                        // set, which would cost an EAGAIN recv on the next wait; clear it here
+                        // (a WouldBlock from try_io clears readiness without a syscall).
+                        let _ = self.stream.try_io(tokio::io::Interest::READABLE, || {
+                            Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+                        });
+                    }
+                    self.read_at = Instant::now();
+                    return ReadOutcome::Data;
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     // Readiness can be reported with nothing to read (a fresh socket is): do
                     // not hold a buffer through the next wait.
@@ -416,25 +441,27 @@ impl Conn {
     }
 }
 
-/// Encode a response into the outbox (head, then body unless HEAD/304/204).
+/// Encode a response into the outbox (head, then body unless HEAD/304/204); returns the
+/// Unix time of its Date header.
 fn queue<C: Content>(
     w: &HttpWorker<C>,
     out: &mut Outbox,
     response: Response,
     head: &RequestHead<'_>,
     keep: bool,
-) {
+) -> u64 {
     let resp = out.begin();
     let bodiless = matches!(response.status, 204 | 304) || response.status < 200;
     let length = (!bodiless).then(|| response.body.len());
     let mut date = w.date.borrow_mut();
-    let (date, _) = date.now();
+    let (date, unix_secs) = date.now();
     out.head(resp, |o| {
         encode_head(o, &response, date, head.version, keep, length)
     });
     if head.method != Method::Head && !bodiless {
         out.body(resp, response.body);
     }
+    unix_secs
 }
 
 /// Status line and fixed headers, then the response's own, then framing (RFC 9112 §6).

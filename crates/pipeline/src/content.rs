@@ -20,6 +20,9 @@ pub struct Request<'r> {
     pub query: Option<&'r str>,
     pub location: &'r Location,
     pub config: &'r Resolved,
+    /// When the bytes of this request were read: a clock read once per batch, good enough
+    /// for cache validity and cheaper than asking the kernel per request.
+    pub now: tokio::time::Instant,
 }
 
 /// What a producer did with a request.

@@ -69,6 +69,7 @@ pub(crate) fn respond<'r, C: Content>(
     content: &'r C,
     config: &'r Resolved,
     head: &'r RequestHead<'r>,
+    now: tokio::time::Instant,
 ) -> Result<Response, Pending<'r>> {
     // route
     let clean: CleanPath<'r> = match path::normalize(head.path) {
@@ -86,7 +87,7 @@ pub(crate) fn respond<'r, C: Content>(
     }
     // content: the fast path answers from the producer's cache; if it cannot, the work is
     // redone inside one boxed future that owns the normalised path.
-    let now = {
+    let immediate = {
         let req = Request {
             head,
             path: &clean.path,
@@ -94,10 +95,11 @@ pub(crate) fn respond<'r, C: Content>(
             query: clean.query,
             location,
             config,
+            now,
         };
         content.produce(&req).ok()
     };
-    match now {
+    match immediate {
         Some(outcome) => Ok(finish(outcome)),
         None => Err(Box::pin(async move {
             let req = Request {
@@ -107,6 +109,7 @@ pub(crate) fn respond<'r, C: Content>(
                 query: clean.query,
                 location,
                 config,
+                now,
             };
             let outcome = match content.produce(&req) {
                 Ok(o) => o,

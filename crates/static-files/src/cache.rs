@@ -207,7 +207,7 @@ impl FileCache {
     }
 }
 
-/// Whether an entry checked at `checked` must be re-checked now.
-pub(crate) fn stale(checked: Instant, valid: Duration) -> bool {
-    checked.elapsed() >= valid
+/// Whether an entry checked at `checked` must be re-checked at `now`.
+pub(crate) fn stale(checked: Instant, valid: Duration, now: Instant) -> bool {
+    now.saturating_duration_since(checked) >= valid
 }

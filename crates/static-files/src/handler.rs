@@ -70,8 +70,9 @@ impl StaticFiles {
             .borrow_mut()
             .get(req.location.id, variant, path)?;
         let checked = e.checked.get();
-        (!stale(checked, req.config.file_cache.valid) || since.is_some_and(|t| checked >= t))
-            .then_some(e)
+        (!stale(checked, req.config.file_cache.valid, req.now)
+            || since.is_some_and(|t| checked >= t))
+        .then_some(e)
     }
 
     /// Answer from the cache alone, or say what is missing.

@@ -228,3 +228,44 @@ fn serve_a_directory_with_no_config() {
     assert!(ok);
     assert_eq!(body, b"home");
 }
+
+#[test]
+fn a_client_that_stops_reading_is_dropped_after_the_send_timeout() {
+    let big = bytes(64 * 1024 * 1024, 12);
+    let s = server_with(
+        &[("big.bin", &big), ("ok.txt", b"ok")],
+        "[timeouts]\nsend = \"1s\"\n[log]\naccess = \"{dir}/access.log\"\n",
+    );
+    let mut t = TcpStream::connect(s.addr).unwrap();
+    t.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    // Read nothing for well past the send timeout: the socket buffers fill and stay full.
+    std::thread::sleep(Duration::from_secs(3));
+    // Other clients are still served meanwhile.
+    assert_eq!(s.get("/ok.txt").text(), "ok");
+    // What arrives is only what the kernel had buffered; then the server has closed.
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut got = Vec::new();
+    let _ = t.read_to_end(&mut got);
+    assert!(
+        got.len() < big.len(),
+        "the whole body arrived although the client stalled"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let log = std::fs::read_to_string(s.path("access.log")).unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("/big.bin"))
+        .expect("logged");
+    let sent: u64 = line
+        .split("\" 200 ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(sent < big.len() as u64, "{line}");
+    s.assert_clean_log(&[]);
+}
