@@ -415,10 +415,11 @@ impl Conn {
     /// Close: send FIN, and when unread input may follow an error, drain it for a while so
     /// the client reads our response before any reset.
     async fn close(&mut self) {
-        let _ = self.stream.shutdown().await;
         if !self.linger {
+            // Dropping the socket closes it, which sends the FIN: no shutdown(2) needed.
             return;
         }
+        let _ = self.stream.shutdown().await;
         let deadline = Instant::now() + LINGER;
         let mut drained = 0;
         // Reuse the read buffer: a local array here would live in every connection's future.
