@@ -12,4 +12,4 @@ mod send;
 pub use file::{blocking_read_dir, open_beneath, stat_beneath, FileStat, OpenPolicy};
 pub use process::{pin_to_cpu, raise_nofile_limit};
 pub use residency::{blocking_warm, is_resident};
-pub use send::sendfile;
+pub use send::{sendfile, writev_more};

@@ -9,6 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// `cachestat(2)` syscall number on x86_64 and aarch64 (Linux ≥ 6.5).
 const SYS_CACHESTAT: libc::c_long = 451;
 
+/// After readahead, one byte per this many is read to wait for the I/O to complete.
+const WAIT_STRIDE: u64 = 64 * 1024;
+
 /// Set when the kernel lacks cachestat (ENOSYS) or a filter refuses it (EPERM).
 static NO_CACHESTAT: AtomicBool = AtomicBool::new(false);
 
@@ -73,23 +76,36 @@ fn nowait_byte(file: &File, offset: u64) -> bool {
     rustix::io::preadv2(file, &mut iov, offset, rustix::io::ReadWriteFlags::NOWAIT).is_ok()
 }
 
-/// Read `[offset, offset+len)` into the page cache, blocking; run only on the blocking pool.
+/// Bring `[offset, offset+len)` into the page cache, blocking until the kernel has read it;
+/// run only on the blocking pool. `readahead(2)` fills the page cache without copying into
+/// user space, so the pool thread sleeps on the disk instead of spending CPU the event loop
+/// needs (with pinning, the pool shares the worker's core).
 pub fn blocking_warm(file: &File, offset: u64, len: u64) -> io::Result<()> {
-    thread_local! {
-        static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; 256 * 1024]);
-    }
-    SCRATCH.with(|s| {
-        let mut buf = s.borrow_mut();
+    // SAFETY: readahead only reads the descriptor, which `file` keeps open for the call.
+    let rc = unsafe { libc::readahead(file.as_raw_fd(), offset as libc::off64_t, len as usize) };
+    if rc == 0 {
+        // readahead only starts the I/O. Touch one byte every WAIT_STRIDE so this thread
+        // sleeps until the pages are in; otherwise the event loop's sendfile would wait.
+        let mut byte = [0u8; 1];
         let mut pos = offset;
-        let end = offset + len;
-        while pos < end {
-            let want = ((end - pos) as usize).min(buf.len());
-            let n = file.read_at(&mut buf[..want], pos)?;
-            if n == 0 {
-                break;
-            }
-            pos += n as u64;
+        while pos < offset + len {
+            file.read_at(&mut byte, pos)?;
+            pos += WAIT_STRIDE;
         }
-        Ok(())
-    })
+        file.read_at(&mut byte, offset + len - 1)?;
+        return Ok(());
+    }
+    // readahead is refused for some file types (EINVAL): fall back to reading.
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut pos = offset;
+    let end = offset + len;
+    while pos < end {
+        let want = ((end - pos) as usize).min(buf.len());
+        let n = file.read_at(&mut buf[..want], pos)?;
+        if n == 0 {
+            break;
+        }
+        pos += n as u64;
+    }
+    Ok(())
 }

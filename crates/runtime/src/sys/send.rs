@@ -13,3 +13,15 @@ pub fn sendfile(
     let mut off = offset;
     Ok(rustix::fs::sendfile(socket, file, Some(&mut off), count)?)
 }
+
+/// `sendmsg(bufs, MSG_MORE)` on a non-blocking socket: the kernel holds the bytes back to
+/// coalesce them with what follows (a sendfile of the body), like TCP_CORK for one call.
+pub fn writev_more(socket: &impl AsFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    use rustix::net::{sendmsg, SendAncillaryBuffer, SendFlags};
+    Ok(sendmsg(
+        socket,
+        bufs,
+        &mut SendAncillaryBuffer::default(),
+        SendFlags::MORE | SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+    )?)
+}
