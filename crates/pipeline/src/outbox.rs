@@ -19,10 +19,6 @@ use crate::response::{Body, Part};
 const SENDFILE_CHUNK: u64 = 256 * 1024;
 /// When a chunk is not in the page cache, the blocking pool reads this much ahead.
 const WARM_WINDOW: u64 = 2 * 1024 * 1024;
-/// Yield to the worker's other connections after this many chunks in a row. One: a fast
-/// reader must not hold the worker for more than one chunk while others wait (measured:
-/// 16 chunks in a row put the hot-file p99 at 9.7x its quiet value during cold downloads).
-const YIELD_EVERY: u32 = 1;
 /// Most iovecs per writev.
 const MAX_IOV: usize = 64;
 
@@ -309,7 +305,6 @@ async fn send_file(
     written: &mut u64,
 ) -> Result<(), WriteError> {
     let mut sent = 0u64;
-    let mut chunks = 0u32;
     while sent < len {
         let pos = offset + sent;
         let n = (len - sent).min(SENDFILE_CHUNK);
@@ -343,10 +338,10 @@ async fn send_file(
             }
             Err(e) => return Err(WriteError::Io(e)),
         }
-        chunks += 1;
-        if chunks % YIELD_EVERY == 0 {
-            tokio::task::yield_now().await;
-        }
+        // Yield after every chunk: a fast reader must not hold the worker for more than one
+        // chunk while others wait (16 chunks in a row put the hot-file p99 during cold
+        // downloads at 9.7x its quiet value).
+        tokio::task::yield_now().await;
     }
     Ok(())
 }
