@@ -91,7 +91,7 @@ def server_cmd(name, conf_dir, ramjet_bin, cold=False):
         cfg = conf_dir / "ramjet.toml"
         cfg.write_text(
             f'listen = ["127.0.0.1:{port}"]\nworkers = 1\n[timeouts]\nkeepalive = "300s"\nheader = "300s"\n'
-            f'[file_cache]\nsmall_file_max = "64k"\n[[location]]\nroot = "{WWW}"\n'
+            f'[[location]]\nroot = "{WWW}"\n'
         )
         return [ramjet_bin, "serve", "--config", str(cfg)]
     if name == "nginx":

@@ -31,8 +31,10 @@ const DEFAULT_MAX_BODY: u64 = 1 << 20;
 const DEFAULT_MAX_CONNECTIONS: usize = 100_000;
 const DEFAULT_CACHE_ENTRIES: usize = 4096;
 const DEFAULT_CACHE_MEMORY: u64 = 64 << 20;
-/// Files up to this size are served from memory with one writev; larger go by sendfile.
-const DEFAULT_SMALL_FILE_MAX: u64 = 64 << 10;
+/// Files up to this size are served from memory with one writev; larger go by sendfile with
+/// the head sent MSG_MORE. Measured here (1 worker, wrk -c50, req per server-CPU-second):
+/// 4 KB and 8 KB are 10-28% better from memory, 21.5 KB is 17% better by sendfile.
+const DEFAULT_SMALL_FILE_MAX: u64 = 16 << 10;
 /// nginx open_file_cache_valid is 60 s; one second keeps edits visible almost at once.
 const DEFAULT_CACHE_VALID: Duration = Duration::from_secs(1);
 
