@@ -37,11 +37,17 @@ pub(crate) struct Entry {
     /// `head[validators_at..]`: Last-Modified, ETag, Accept-Ranges (+ encoding lines).
     pub(crate) validators_at: usize,
     pub(crate) checked: Cell<Instant>,
+    /// A background re-check is in flight; requests keep using this entry meanwhile.
+    pub(crate) revalidating: Cell<bool>,
+    /// Header lines rendered into `head` besides the validators (encoding, Vary), kept so a
+    /// re-check can rebuild the entry without the request that created it.
+    pub(crate) extra: Box<str>,
     used: Cell<u64>,
 }
 
 impl Entry {
-    pub(crate) fn refused(code: u16) -> Entry {
+    /// A 403/404 result; `content_type` and `extra` are what a file found here later gets.
+    pub(crate) fn refused(code: u16, content_type: String, extra: &str) -> Entry {
         Entry {
             kind: Kind::Refused(code),
             file: None,
@@ -49,10 +55,12 @@ impl Entry {
             body: None,
             etag: Box::default(),
             mtime: 0,
-            content_type: Box::default(),
+            content_type: content_type.into_boxed_str(),
             head: Bytes::new(),
             validators_at: 0,
             checked: Cell::new(Instant::now()),
+            revalidating: Cell::new(false),
+            extra: extra.into(),
             used: Cell::new(0),
         }
     }
@@ -90,6 +98,8 @@ impl Entry {
             head: Bytes::from(head),
             validators_at,
             checked: Cell::new(Instant::now()),
+            revalidating: Cell::new(false),
+            extra: extra.into(),
             used: Cell::new(0),
         }
     }

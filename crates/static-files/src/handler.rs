@@ -23,7 +23,8 @@ const IDENTITY: u8 = 0;
 
 /// One worker's static-file producer and its open-file cache.
 pub struct StaticFiles {
-    cache: RefCell<FileCache>,
+    /// Shared with background re-checks (local tasks on the same worker).
+    cache: Rc<RefCell<FileCache>>,
 }
 
 /// What the synchronous path could not do by itself.
@@ -53,11 +54,14 @@ impl Default for StaticFiles {
 impl StaticFiles {
     pub fn new() -> StaticFiles {
         StaticFiles {
-            cache: RefCell::new(FileCache::new()),
+            cache: Rc::new(RefCell::new(FileCache::new())),
         }
     }
 
-    /// A cache entry usable now: within `file_cache.valid`, or (re)loaded since `since`.
+    /// A cache entry usable now. An entry past `file_cache.valid` is still used while one
+    /// background re-check runs (stale-while-revalidate): otherwise every request arriving
+    /// during the re-open would queue its own blocking re-open (measured: p99 22 ms at
+    /// 100 B c50 with a 1 s validity). `since`: entries (re)loaded after it count as fresh.
     fn fresh(
         &self,
         req: &Request<'_>,
@@ -70,9 +74,52 @@ impl StaticFiles {
             .borrow_mut()
             .get(req.location.id, variant, path)?;
         let checked = e.checked.get();
-        (!stale(checked, req.config.file_cache.valid, req.now)
-            || since.is_some_and(|t| checked >= t))
-        .then_some(e)
+        if stale(checked, req.config.file_cache.valid, req.now)
+            && since.is_none_or(|t| checked < t)
+            && !e.revalidating.replace(true)
+        {
+            self.revalidate(req, variant, path, e.clone());
+        }
+        Some(e)
+    }
+
+    /// Re-open `path` on the blocking pool in the background and replace the entry.
+    fn revalidate(&self, req: &Request<'_>, variant: u8, path: &[u8], old: Rc<Entry>) {
+        let cache = self.cache.clone();
+        let location = req.location.id;
+        let s = &req.location.statics;
+        let (root, policy) = (s.root.clone(), s.symlinks);
+        let fc = req.config.file_cache;
+        let path = path.to_vec();
+        tokio::task::spawn_local(async move {
+            let rel = path.clone();
+            let prev = old.stat;
+            let loaded = tokio::task::spawn_blocking(move || {
+                load(&root, &rel, policy, fc.small_file_max, prev)
+            })
+            .await;
+            let entry = match loaded {
+                Ok(Loaded::Unchanged) => {
+                    old.checked.set(Instant::now());
+                    old.revalidating.set(false);
+                    return;
+                }
+                Ok(Loaded::Found { file, stat, body }) => {
+                    Entry::found(file, stat, body, old.content_type.to_string(), &old.extra)
+                }
+                Ok(Loaded::Refused(code)) => {
+                    Entry::refused(code, old.content_type.to_string(), &old.extra)
+                }
+                Err(e) => {
+                    tracing::error!("blocking pool: {e}");
+                    old.revalidating.set(false);
+                    return;
+                }
+            };
+            cache
+                .borrow_mut()
+                .insert(location, variant, &path, entry, fc.entries, fc.memory);
+        });
     }
 
     /// Answer from the cache alone, or say what is missing.
@@ -202,10 +249,13 @@ impl StaticFiles {
                 let ct = mime::content_type(type_of, &s.types, s.charset.as_deref());
                 Entry::found(file, stat, body, ct, extra)
             }
-            Ok(Loaded::Refused(code)) => Entry::refused(code),
+            Ok(Loaded::Refused(code)) => {
+                let ct = mime::content_type(type_of, &s.types, s.charset.as_deref());
+                Entry::refused(code, ct, extra)
+            }
             Err(e) => {
                 tracing::error!("blocking pool: {e}");
-                Entry::refused(500)
+                Entry::refused(500, String::new(), extra)
             }
         };
         self.cache

@@ -68,17 +68,36 @@ fn large_files_by_sendfile_and_small_from_memory() {
     s.assert_clean_log(&[]);
 }
 
+/// A changed file is served within `file_cache.valid` plus one background re-check.
+fn eventually(
+    s: &ramjet_testkit::Server,
+    path: &str,
+    want: impl Fn(&ramjet_testkit::Response) -> bool,
+) -> bool {
+    for _ in 0..50 {
+        if want(&s.get(path)) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    false
+}
+
 #[test]
 fn file_changes_are_noticed() {
-    let s = server_with(&[("f.txt", b"one")], "[file_cache]\nvalid = \"100ms\"\n");
+    let s = server_with(
+        &[("f.txt", b"one")],
+        "workers = 1\n[file_cache]\nvalid = \"100ms\"\n",
+    );
     assert_eq!(s.get("/f.txt").text(), "one");
+    assert_eq!(s.get("/new.txt").status, 404);
     std::fs::write(s.root().join("f.txt.new"), b"two!").unwrap();
     std::fs::rename(s.root().join("f.txt.new"), s.root().join("f.txt")).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(250));
-    assert_eq!(s.get("/f.txt").text(), "two!");
+    std::fs::write(s.root().join("new.txt"), b"new").unwrap();
+    assert!(eventually(&s, "/f.txt", |r| r.text() == "two!"));
+    assert!(eventually(&s, "/new.txt", |r| r.status == 200 && r.text() == "new"));
     std::fs::remove_file(s.root().join("f.txt")).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(250));
-    assert_eq!(s.get("/f.txt").status, 404);
+    assert!(eventually(&s, "/f.txt", |r| r.status == 404));
     s.assert_clean_log(&[]);
 }
 
