@@ -90,7 +90,7 @@ def server_cmd(name, conf_dir, ramjet_bin, cold=False):
     if name == "ramjet":
         cfg = conf_dir / "ramjet.toml"
         cfg.write_text(
-            f'listen = ["127.0.0.1:{port}"]\nworkers = 1\n[timeouts]\nkeepalive = "300s"\nheader = "300s"\n'
+            f'listen = ["127.0.0.1:{port}"]\nworkers = 1\n[log]\naccess = "off"\n[timeouts]\nkeepalive = "300s"\nheader = "300s"\n'
             f'[[location]]\nroot = "{WWW}"\n'
         )
         return [ramjet_bin, "serve", "--config", str(cfg)]

@@ -184,7 +184,8 @@ impl Resolver<'_> {
         };
         let log = raw.log.unwrap_or_default();
         let access_log = AccessLogOptions {
-            target: log.access.unwrap_or(LogTarget::Off),
+            // Like nginx, log requests unless told not to; stdout needs no path to exist.
+            target: log.access.unwrap_or(LogTarget::Stdout),
             format: log.format.unwrap_or(LogFormat::Combined),
         };
         let access_log = match access_log.target {

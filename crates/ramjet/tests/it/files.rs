@@ -137,3 +137,65 @@ fn precompressed_siblings() {
     assert_ne!(get("zstd").header("ETag"), get("identity").header("ETag"));
     s.assert_clean_log(&[]);
 }
+
+#[test]
+fn virtual_hosts_and_ipv6() {
+    let dir = ramjet_testkit::Server::dir();
+    for (d, body) in [("root", "default"), ("a", "site a"), ("b", "site b")] {
+        std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        std::fs::write(dir.path().join(d).join("who.txt"), body).unwrap();
+    }
+    let s = ramjet_testkit::Server::start(
+        crate::BIN,
+        dir,
+        r#"
+listen = ["127.0.0.1:0", "[::1]:0"]
+[[location]]
+root = "root"
+[[vhost]]
+names = ["a.example"]
+root = "a"
+[[vhost]]
+names = ["*.b.example"]
+root = "b"
+"#,
+    );
+    let who = |host: &str| {
+        let mut c = s.client();
+        c.send(
+            format!("GET /who.txt HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        );
+        c.response(false).text()
+    };
+    assert_eq!(who("a.example"), "site a");
+    assert_eq!(who("A.EXAMPLE:8080"), "site a");
+    assert_eq!(who("www.b.example"), "site b");
+    assert_eq!(who("b.example"), "default");
+    assert_eq!(who("other"), "default");
+    // The same server answers on IPv6 loopback.
+    let v6 = s
+        .stderr()
+        .iter()
+        .find_map(|l| {
+            l.split("listening on http://[")
+                .nth(1)
+                .map(|r| r.split(']').nth(1).unwrap_or("").to_string())
+        })
+        .expect("an IPv6 listener");
+    let port = v6
+        .trim_start_matches(':')
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_string();
+    let (ok, body) = crate::curl(&[
+        "-g",
+        "-H",
+        "Host: a.example",
+        &format!("http://[::1]:{port}/who.txt"),
+    ]);
+    assert!(ok);
+    assert_eq!(body, b"site a");
+    s.assert_clean_log(&[]);
+}
