@@ -1,0 +1,213 @@
+//! The closed loop against small servers written here: exact counts, keep-alive,
+//! pipelining, and every error kind counted.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ramjet_bench::{run, Spec, Target};
+
+/// Counters a test server keeps.
+#[derive(Default)]
+struct Seen {
+    connections: AtomicU64,
+    requests: AtomicU64,
+}
+
+/// Start a server whose `answer(request_number_on_connection, seen)` decides what to write
+/// for each request; `None` closes the connection. `batch` answers only once that many
+/// requests arrived on the connection (to prove pipelining).
+fn server(batch: usize, answer: fn(u64) -> Option<Vec<u8>>) -> (SocketAddr, Arc<Seen>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Seen::default());
+    let s = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            s.connections.fetch_add(1, Ordering::Relaxed);
+            let s = s.clone();
+            std::thread::spawn(move || {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                let mut n = 0u64;
+                loop {
+                    let count = buf.windows(4).filter(|w| w == b"\r\n\r\n").count();
+                    if count >= batch {
+                        let end = nth_end(&buf, batch);
+                        buf.drain(..end);
+                        for _ in 0..batch {
+                            s.requests.fetch_add(1, Ordering::Relaxed);
+                            match answer(n) {
+                                Some(bytes) => {
+                                    if conn.write_all(&bytes).is_err() {
+                                        return;
+                                    }
+                                }
+                                None => return,
+                            }
+                            n += 1;
+                        }
+                        continue;
+                    }
+                    match conn.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+fn nth_end(buf: &[u8], n: usize) -> usize {
+    let mut found = 0;
+    for i in 0..buf.len() - 3 {
+        if &buf[i..i + 4] == b"\r\n\r\n" {
+            found += 1;
+            if found == n {
+                return i + 4;
+            }
+        }
+    }
+    buf.len()
+}
+
+fn spec(addr: SocketAddr) -> Spec {
+    Spec {
+        targets: vec![Target {
+            addr,
+            host: "t".into(),
+            path: "/".into(),
+        }],
+        connections: 8,
+        duration: None,
+        requests: Some(1000),
+        keep_alive: true,
+        http10: false,
+        pipeline: 1,
+        headers: vec![],
+        threads: 2,
+        timeout: Duration::from_secs(5),
+        expect_length: Some(5),
+    }
+}
+
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+
+#[test]
+fn exact_counts_with_keep_alive() {
+    let (addr, seen) = server(1, |_| Some(OK.to_vec()));
+    let r = run(&spec(addr));
+    assert_eq!(r.responses, 1000);
+    assert_eq!(r.errors.total(), 0, "{:?}", r.errors);
+    assert_eq!(seen.requests.load(Ordering::Relaxed), 1000);
+    assert_eq!(seen.connections.load(Ordering::Relaxed), 8);
+    assert_eq!(r.bytes, 1000 * OK.len() as u64);
+    assert_eq!(r.latency.len(), 1000);
+}
+
+#[test]
+fn without_keep_alive_every_request_has_its_connection() {
+    let (addr, seen) = server(1, |_| {
+        Some(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello".to_vec())
+    });
+    let mut s = spec(addr);
+    s.keep_alive = false;
+    s.requests = Some(200);
+    let r = run(&s);
+    assert_eq!((r.responses, r.errors.total()), (200, 0));
+    assert_eq!(seen.connections.load(Ordering::Relaxed), 200);
+}
+
+#[test]
+fn pipelining_keeps_depth_requests_in_flight() {
+    // This server answers only when 4 requests have arrived: without pipelining it would stall.
+    let (addr, seen) = server(4, |_| Some(OK.to_vec()));
+    let mut s = spec(addr);
+    s.pipeline = 4;
+    s.connections = 1;
+    s.requests = Some(800);
+    let r = run(&s);
+    assert_eq!((r.responses, r.errors.total()), (800, 0), "{:?}", r.errors);
+    assert_eq!(seen.requests.load(Ordering::Relaxed), 800);
+}
+
+#[test]
+fn errors_are_counted_by_kind() {
+    // Every 10th request gets a 500.
+    let (addr, _) = server(1, |n| {
+        Some(if n % 10 == 9 {
+            b"HTTP/1.1 500 Oops\r\nContent-Length: 5\r\n\r\nerror".to_vec()
+        } else {
+            OK.to_vec()
+        })
+    });
+    let mut s = spec(addr);
+    s.connections = 1;
+    s.requests = Some(100);
+    let r = run(&s);
+    assert_eq!((r.responses, r.errors.status), (100, 10));
+
+    // A body shorter than its Content-Length, then close.
+    let (addr, _) = server(1, |_| {
+        Some(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello".to_vec()).filter(|_| true)
+    });
+    let mut s = spec(addr);
+    s.connections = 1;
+    s.requests = Some(3);
+    s.timeout = Duration::from_millis(300);
+    let r = run(&s);
+    assert_eq!(r.responses, 0);
+    assert_eq!(r.errors.timeout + r.errors.short_body, 3, "{:?}", r.errors);
+
+    // The server closes without answering.
+    let (addr, _) = server(1, |_| None);
+    let mut s = spec(addr);
+    s.requests = Some(20);
+    let r = run(&s);
+    assert_eq!((r.responses, r.errors.reset), (0, 20), "{:?}", r.errors);
+
+    // Not HTTP at all.
+    let (addr, _) = server(1, |_| Some(b"SSH-2.0-nope\r\n\r\n".to_vec()));
+    let mut s = spec(addr);
+    s.requests = Some(5);
+    let r = run(&s);
+    assert_eq!(r.errors.invalid, 5, "{:?}", r.errors);
+
+    // Wrong length when one is expected.
+    let (addr, _) = server(1, |_| {
+        Some(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc".to_vec())
+    });
+    let mut s = spec(addr);
+    s.requests = Some(7);
+    let r = run(&s);
+    assert_eq!((r.responses, r.errors.short_body), (7, 7));
+
+    // Nobody listening.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut s = spec(port);
+    s.connections = 1;
+    s.requests = None;
+    s.duration = Some(Duration::from_millis(200));
+    let r = run(&s);
+    assert!(r.errors.connect > 0 && r.responses == 0);
+}
+
+#[test]
+fn duration_bounds_the_run() {
+    let (addr, _) = server(1, |_| Some(OK.to_vec()));
+    let mut s = spec(addr);
+    s.requests = None;
+    s.duration = Some(Duration::from_millis(300));
+    let r = run(&s);
+    assert!(r.responses > 0 && r.errors.total() == 0);
+    assert!(r.elapsed < Duration::from_secs(5));
+    let _ = TcpStream::connect(addr);
+}
