@@ -1,7 +1,7 @@
 //! The request stages, in order. This table is the one place the order is written down;
 //! `docs/ARCHITECTURE.md` mirrors it and a test keeps the two in step.
 
-use ramjet_config::Resolved;
+use ramjet_config::{Location, Resolved};
 use ramjet_http1::path::{self, CleanPath};
 use ramjet_http1::{Method, RequestHead};
 
@@ -87,36 +87,38 @@ pub(crate) fn respond<'r, C: Content>(
     }
     // content: the fast path answers from the producer's cache; if it cannot, the work is
     // redone inside one boxed future that owns the normalised path.
-    let immediate = {
-        let req = Request {
-            head,
-            path: &clean.path,
-            raw_path: clean.raw_path,
-            query: clean.query,
-            location,
-            config,
-            now,
-        };
-        content.produce(&req).ok()
-    };
+    let immediate = content
+        .produce(&request(head, &clean, location, config, now))
+        .ok();
     match immediate {
         Some(outcome) => Ok(finish(outcome)),
         None => Err(Box::pin(async move {
-            let req = Request {
-                head,
-                path: &clean.path,
-                raw_path: clean.raw_path,
-                query: clean.query,
-                location,
-                config,
-                now,
-            };
+            let req = request(head, &clean, location, config, now);
             let outcome = match content.produce(&req) {
                 Ok(o) => o,
                 Err(later) => later.await,
             };
             finish(outcome)
         })),
+    }
+}
+
+/// The content stage's view of a routed request.
+fn request<'a>(
+    head: &'a RequestHead<'a>,
+    clean: &'a CleanPath<'a>,
+    location: &'a Location,
+    config: &'a Resolved,
+    now: tokio::time::Instant,
+) -> Request<'a> {
+    Request {
+        head,
+        path: &clean.path,
+        raw_path: clean.raw_path,
+        query: clean.query,
+        location,
+        config,
+        now,
     }
 }
 

@@ -6,6 +6,18 @@ use std::time::{Duration, Instant};
 
 use crate::{bytes, server_with};
 
+/// Body bytes logged on a Combined-format access-log line of a 200 response.
+fn logged_bytes(line: &str) -> u64 {
+    line.split("\" 200 ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
 #[test]
 fn slowloris_does_not_starve_normal_clients() {
     let s = server_with(
@@ -70,15 +82,7 @@ fn client_abort_mid_download_is_logged_and_harmless() {
     let aborted: Vec<&str> = log.lines().filter(|l| l.contains("/big.bin")).collect();
     assert_eq!(aborted.len(), 5, "{log}");
     for line in aborted {
-        let sent: u64 = line
-            .split("\" 200 ")
-            .nth(1)
-            .unwrap()
-            .split(' ')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let sent = logged_bytes(line);
         assert!(
             sent < big.len() as u64,
             "logged {sent} bytes for an aborted download"
@@ -257,15 +261,7 @@ fn a_client_that_stops_reading_is_dropped_after_the_send_timeout() {
         .lines()
         .find(|l| l.contains("/big.bin"))
         .expect("logged");
-    let sent: u64 = line
-        .split("\" 200 ")
-        .nth(1)
-        .unwrap()
-        .split(' ')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let sent = logged_bytes(line);
     assert!(sent < big.len() as u64, "{line}");
     s.assert_clean_log(&[]);
 }
