@@ -40,10 +40,6 @@ impl AccessLog {
         Ok(())
     }
 
-    pub fn options(&self) -> &AccessLogOptions {
-        &self.options
-    }
-
     fn write_all(&self, bytes: &[u8]) -> io::Result<()> {
         match &self.options.target {
             LogTarget::Off => Ok(()),

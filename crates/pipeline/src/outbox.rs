@@ -69,6 +69,8 @@ pub(crate) struct Outbox {
     pub(crate) body_written: Vec<u64>,
     /// Responses in this batch.
     responses: u32,
+    /// Bytes of `Shared` segments (with `mem`, what the batch holds in memory).
+    shared: usize,
 }
 
 impl Outbox {
@@ -90,15 +92,7 @@ impl Outbox {
 
     /// Bytes held in memory by this batch (to bound pipelining).
     pub(crate) fn buffered(&self) -> usize {
-        self.mem.len()
-            + self
-                .segs
-                .iter()
-                .map(|s| match s {
-                    Seg::Shared { bytes, .. } => bytes.len(),
-                    _ => 0,
-                })
-                .sum::<usize>()
+        self.mem.len() + self.shared
     }
 
     /// Start a new response; returns its index in the batch.
@@ -170,6 +164,7 @@ impl Outbox {
             self.mem.extend_from_slice(&bytes);
             self.push_mem(start, resp, true);
         } else if !bytes.is_empty() {
+            self.shared += bytes.len();
             self.segs.push(Seg::Shared { bytes, resp });
         }
     }
@@ -187,6 +182,7 @@ impl Outbox {
         self.mem.clear();
         self.segs.clear();
         self.responses = 0;
+        self.shared = 0;
         result
     }
 

@@ -191,12 +191,12 @@ impl FileCache {
         }
         self.memory += added;
         if self.map.len() > max_entries || self.memory > max_memory {
-            self.evict(max_entries, max_memory);
+            self.evict(max_memory);
         }
         entry
     }
 
-    fn evict(&mut self, max_entries: usize, max_memory: u64) {
+    fn evict(&mut self, max_memory: u64) {
         let mut stamps: Vec<u64> = self.map.values().map(|e| e.used.get()).collect();
         stamps.sort_unstable();
         let mut cut_index = stamps.len() / 8;
@@ -213,7 +213,6 @@ impl FileCache {
             keep
         });
         self.memory -= freed;
-        let _ = max_entries;
     }
 }
 

@@ -61,23 +61,15 @@ impl StaticFiles {
     /// A cache entry usable now. An entry past `file_cache.valid` is still used while one
     /// background re-check runs (stale-while-revalidate): otherwise every request arriving
     /// during the re-open would queue its own blocking re-open (measured: p99 22 ms at
-    /// 100 B c50 with a 1 s validity). `since`: entries (re)loaded after it count as fresh.
-    fn fresh(
-        &self,
-        req: &Request<'_>,
-        variant: u8,
-        path: &[u8],
-        since: Option<Instant>,
-    ) -> Option<Rc<Entry>> {
+    /// 100 B c50 with a 1 s validity). An entry loaded during this request is never stale:
+    /// it was checked after `req.now`.
+    fn fresh(&self, req: &Request<'_>, variant: u8, path: &[u8]) -> Option<Rc<Entry>> {
         let e = self
             .cache
             .borrow_mut()
             .get(req.location.id, variant, path)?;
         let checked = e.checked.get();
-        if stale(checked, req.config.file_cache.valid, req.now)
-            && since.is_none_or(|t| checked < t)
-            && !e.revalidating.replace(true)
-        {
+        if stale(checked, req.config.file_cache.valid, req.now) && !e.revalidating.replace(true) {
             self.revalidate(req, variant, path, e.clone());
         }
         Some(e)
@@ -98,23 +90,11 @@ impl StaticFiles {
                 load(&root, &rel, policy, fc.small_file_max, prev)
             })
             .await;
-            let entry = match loaded {
-                Ok(Loaded::Unchanged) => {
-                    old.checked.set(Instant::now());
-                    old.revalidating.set(false);
-                    return;
-                }
-                Ok(Loaded::Found { file, stat, body }) => {
-                    Entry::found(file, stat, body, old.content_type.to_string(), &old.extra)
-                }
-                Ok(Loaded::Refused(code)) => {
-                    Entry::refused(code, old.content_type.to_string(), &old.extra)
-                }
-                Err(e) => {
-                    tracing::error!("blocking pool: {e}");
-                    old.revalidating.set(false);
-                    return;
-                }
+            let Some(entry) = entry_of(loaded, &old.content_type, &old.extra) else {
+                // Unchanged (or the pool failed): keep serving the old entry.
+                old.checked.set(Instant::now());
+                old.revalidating.set(false);
+                return;
             };
             cache
                 .borrow_mut()
@@ -123,7 +103,7 @@ impl StaticFiles {
     }
 
     /// Answer from the cache alone, or say what is missing.
-    fn try_serve(&self, req: &Request<'_>, since: Option<Instant>) -> Result<Response, Need> {
+    fn try_serve(&self, req: &Request<'_>) -> Result<Response, Need> {
         let s = &req.location.statics;
         let rel = &req.path[1..];
         let vary = if s.precompressed.is_empty() {
@@ -137,12 +117,10 @@ impl StaticFiles {
             type_of: path.to_vec(),
             extra: vary.to_string(),
         };
-        let entry = self
-            .fresh(req, IDENTITY, rel, since)
-            .ok_or_else(|| need(rel))?;
+        let entry = self.fresh(req, IDENTITY, rel).ok_or_else(|| need(rel))?;
         match entry.kind {
             Kind::Refused(code) => Ok(error_response(code)),
-            Kind::File => self.try_serve_file(req, &entry, rel, since),
+            Kind::File => self.try_serve_file(req, &entry, rel),
             Kind::Dir => {
                 if !req.path.ends_with(b"/") {
                     return Ok(redirect_to_slash(req));
@@ -151,10 +129,10 @@ impl StaticFiles {
                     let mut path = rel.to_vec();
                     path.extend_from_slice(index.as_bytes());
                     let e = self
-                        .fresh(req, IDENTITY, &path, since)
+                        .fresh(req, IDENTITY, &path)
                         .ok_or_else(|| need(&path))?;
                     if e.kind == Kind::File {
-                        return self.try_serve_file(req, &e, &path, since);
+                        return self.try_serve_file(req, &e, &path);
                     }
                 }
                 if s.autoindex {
@@ -173,7 +151,6 @@ impl StaticFiles {
         req: &Request<'_>,
         identity: &Rc<Entry>,
         rel: &[u8],
-        since: Option<Instant>,
     ) -> Result<Response, Need> {
         let s = &req.location.statics;
         if let (false, Some(ae)) = (s.precompressed.is_empty(), req.head.accept_encoding) {
@@ -183,7 +160,7 @@ impl StaticFiles {
                 }
                 let variant = 1 + i as u8;
                 let sibling = sibling_path(rel, *enc);
-                let Some(e) = self.fresh(req, variant, &sibling, since) else {
+                let Some(e) = self.fresh(req, variant, &sibling) else {
                     return Err(Need::Load {
                         variant,
                         path: sibling,
@@ -204,9 +181,8 @@ impl StaticFiles {
 
     /// The slow path: load what is missing on the blocking pool, then answer.
     async fn serve_slow(&self, req: &Request<'_>) -> Response {
-        let since = Instant::now();
         for _ in 0..MAX_LOADS {
-            match self.try_serve(req, Some(since)) {
+            match self.try_serve(req) {
                 Ok(r) => return r,
                 Err(Need::Listing(dir)) => return listing(req, &dir).await,
                 Err(Need::Load {
@@ -226,41 +202,44 @@ impl StaticFiles {
         error_response(500)
     }
 
-    /// (Re)open `rel` on the blocking pool and put the result in the cache.
+    /// Open `rel` (not cached yet) on the blocking pool and put the result in the cache.
     async fn load(&self, req: &Request<'_>, variant: u8, rel: &[u8], type_of: &[u8], extra: &str) {
         let (location, fc) = (req.location, &req.config.file_cache);
-        let cached = self.cache.borrow_mut().get(location.id, variant, rel);
         let s = &location.statics;
-        let root = s.root.clone();
+        let (root, policy, small) = (s.root.clone(), s.symlinks, fc.small_file_max);
         let path = rel.to_vec();
-        let policy = s.symlinks;
-        let small = fc.small_file_max;
-        let prev = cached.as_ref().and_then(|e| e.stat);
         let loaded =
-            tokio::task::spawn_blocking(move || load(&root, &path, policy, small, prev)).await;
-        let entry = match loaded {
-            Ok(Loaded::Unchanged) => {
-                if let Some(e) = cached {
-                    e.checked.set(Instant::now());
-                }
-                return;
-            }
-            Ok(Loaded::Found { file, stat, body }) => {
-                let ct = mime::content_type(type_of, &s.types, s.charset.as_deref());
-                Entry::found(file, stat, body, ct, extra)
-            }
-            Ok(Loaded::Refused(code)) => {
-                let ct = mime::content_type(type_of, &s.types, s.charset.as_deref());
-                Entry::refused(code, ct, extra)
-            }
-            Err(e) => {
-                tracing::error!("blocking pool: {e}");
-                Entry::refused(500, String::new(), extra)
-            }
-        };
+            tokio::task::spawn_blocking(move || load(&root, &path, policy, small, None)).await;
+        let content_type = mime::content_type(type_of, &s.types, s.charset.as_deref());
+        let entry = entry_of(loaded, &content_type, extra)
+            .unwrap_or_else(|| Entry::refused(500, content_type, extra));
         self.cache
             .borrow_mut()
             .insert(location.id, variant, rel, entry, fc.entries, fc.memory);
+    }
+}
+
+/// The cache entry for what the blocking side found; `None` when the old entry stays
+/// (unchanged file, or the pool failed, which is logged).
+fn entry_of(
+    loaded: Result<Loaded, tokio::task::JoinError>,
+    content_type: &str,
+    extra: &str,
+) -> Option<Entry> {
+    match loaded {
+        Ok(Loaded::Found { file, stat, body }) => Some(Entry::found(
+            file,
+            stat,
+            body,
+            content_type.to_string(),
+            extra,
+        )),
+        Ok(Loaded::Refused(code)) => Some(Entry::refused(code, content_type.to_string(), extra)),
+        Ok(Loaded::Unchanged) => None,
+        Err(e) => {
+            tracing::error!("blocking pool: {e}");
+            None
+        }
     }
 }
 
@@ -372,7 +351,7 @@ async fn listing(req: &Request<'_>, dir: &Entry) -> Response {
 
 impl Content for StaticFiles {
     fn produce<'r>(&'r self, req: &'r Request<'r>) -> Result<Outcome, Later<'r>> {
-        match self.try_serve(req, None) {
+        match self.try_serve(req) {
             Ok(response) => Ok(Outcome::Respond(response)),
             Err(_) => Err(Box::pin(async move {
                 Outcome::Respond(self.serve_slow(req).await)

@@ -34,7 +34,7 @@ pub(crate) fn load(
         SymlinkPolicy::InsideRoot => sys::open_beneath(root, rel, OpenPolicy::Beneath),
         SymlinkPolicy::Never => sys::open_beneath(root, rel, OpenPolicy::NoSymlinks),
         SymlinkPolicy::OwnerMatch => match sys::open_beneath(root, rel, OpenPolicy::NoSymlinks) {
-            Err(e) if e.raw_os_error() == Some(libc_eloop()) => {
+            Err(e) if sys::is_symlink_loop(&e) => {
                 if let Err(code) = owners_match(root, rel) {
                     return Loaded::Refused(code);
                 }
@@ -72,15 +72,16 @@ pub(crate) fn load(
     Loaded::Found { file, stat, body }
 }
 
-fn libc_eloop() -> i32 {
-    40 // ELOOP on Linux
-}
-
 /// Errno to status: missing is 404; denied, escaping or disallowed symlinks are 403.
 fn refusal(e: &io::Error) -> u16 {
-    match e.raw_os_error() {
-        Some(2) | Some(20) | Some(36) => 404, // ENOENT, ENOTDIR, ENAMETOOLONG
-        Some(13) | Some(1) | Some(18) | Some(40) => 403, // EACCES, EPERM, EXDEV (escape), ELOOP
+    use io::ErrorKind as K;
+    if sys::is_symlink_loop(e) {
+        return 403;
+    }
+    match e.kind() {
+        K::NotFound | K::NotADirectory | K::InvalidFilename => 404,
+        // EXDEV is openat2's answer to an escape beneath the root.
+        K::PermissionDenied | K::CrossesDevices => 403,
         _ => {
             tracing::warn!("open failed: {e}");
             404

@@ -102,12 +102,6 @@ impl Client {
         self.buf.is_empty() && !self.fill()
     }
 
-    /// Read whatever arrives until EOF (or the read timeout).
-    pub fn read_to_end(&mut self) -> Vec<u8> {
-        while self.fill() {}
-        std::mem::take(&mut self.buf)
-    }
-
     fn fill(&mut self) -> bool {
         let mut chunk = [0u8; 65536];
         match self.stream.read(&mut chunk) {

@@ -1,6 +1,6 @@
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -178,18 +178,6 @@ impl Server {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-    }
-
-    /// Whether the process is still running.
-    pub fn running(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| c.try_wait().ok().flatten().is_none())
-    }
-
-    /// Path of a file in the temporary directory, as a string.
-    pub fn display(&self, p: &Path) -> String {
-        p.display().to_string()
     }
 }
 

@@ -103,3 +103,9 @@ pub fn blocking_read_dir(dir: &File) -> io::Result<Vec<Vec<u8>>> {
     }
     Ok(names)
 }
+
+/// Whether `e` is `ELOOP`: a symlink where [`OpenPolicy::NoSymlinks`] forbids one (std has
+/// no stable `ErrorKind` for it).
+pub fn is_symlink_loop(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+}

@@ -9,7 +9,9 @@ mod process;
 mod residency;
 mod send;
 
-pub use file::{blocking_read_dir, open_beneath, stat_beneath, FileStat, OpenPolicy};
+pub use file::{
+    blocking_read_dir, is_symlink_loop, open_beneath, stat_beneath, FileStat, OpenPolicy,
+};
 pub use process::{pin_to_cpu, raise_nofile_limit};
 pub use residency::{blocking_warm, is_resident};
 pub use send::{sendfile, writev_more};
