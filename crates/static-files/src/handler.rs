@@ -60,8 +60,8 @@ impl StaticFiles {
 
     /// A cache entry usable now. An entry past `file_cache.valid` is still used while one
     /// background re-check runs (stale-while-revalidate): otherwise every request arriving
-    /// during the re-open would queue its own blocking re-open (measured: p99 22 ms at
-    /// 100 B c50 with a 1 s validity). An entry loaded during this request is never stale:
+    /// during the re-open would queue its own blocking re-open, up to one per connection.
+    /// An entry loaded during this request is never stale:
     /// it was checked after `req.now`.
     fn fresh(&self, req: &Request<'_>, variant: u8, path: &[u8]) -> Option<Rc<Entry>> {
         let e = self
