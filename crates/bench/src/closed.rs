@@ -1,82 +1,71 @@
 //! Closed-loop load: each connection keeps `pipeline` requests in flight and sends the next
-//! one as soon as a response completes. One tokio current_thread runtime per thread.
+//! one as soon as a response completes.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use ramjet_http1::{parse_response_head, BodyDecoder, BodyFraming, ResponseParse};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
+use crate::exchange::{read_response, Failure, READ_CHUNK};
+use crate::progress::Counter;
 use crate::report::Report;
 use crate::spec::Spec;
+use crate::threads::on_threads;
 
-/// Read buffer per connection.
-const READ_CHUNK: usize = 64 * 1024;
-
-/// Run `spec` to completion and return the merged report.
+/// Run `spec` (closed loop, or open loop when it has a rate) and return the merged report.
 pub fn run(spec: &Spec) -> Report {
+    run_counted(spec, &Counter::default())
+}
+
+/// As [`run`], bumping `done` for every response (for a progress bar).
+pub fn run_counted(spec: &Spec, done: &Counter) -> Report {
+    if spec.rate.is_some() {
+        return crate::open::run(spec, done);
+    }
     let spec = Arc::new(spec.clone());
     let budget = Arc::new(AtomicU64::new(spec.requests.unwrap_or(u64::MAX)));
     let start = Instant::now();
     let stop_at = spec.duration.map(|d| start + d);
     let threads = spec.threads.max(1).min(spec.connections.max(1));
-    let handles: Vec<_> = (0..threads)
-        .map(|t| {
-            let spec = spec.clone();
-            let budget = budget.clone();
+    let done = done.clone();
+    let cpus = spec.cpus.clone();
+    let reports = on_threads(threads, &cpus, move |t| {
+        let spec = spec.clone();
+        let budget = budget.clone();
+        let done = done.clone();
+        async move {
+            let report = Rc::new(RefCell::new(Report::default()));
             // Spread connections evenly: thread t gets connections t, t+threads, ...
-            let conns: Vec<usize> = (t..spec.connections).step_by(threads).collect();
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("tokio runtime");
-                let local = tokio::task::LocalSet::new();
-                let report = Rc::new(RefCell::new(Report::default()));
-                local.block_on(&rt, async {
-                    let tasks: Vec<_> = conns
-                        .into_iter()
-                        .map(|c| {
-                            tokio::task::spawn_local(connection(
-                                spec.clone(),
-                                c,
-                                stop_at,
-                                budget.clone(),
-                                report.clone(),
-                            ))
-                        })
-                        .collect();
-                    for t in tasks {
-                        let _ = t.await;
-                    }
-                });
-                Rc::try_unwrap(report)
-                    .map(RefCell::into_inner)
-                    .unwrap_or_default()
-            })
-        })
-        .collect();
-    let mut total = Report::default();
-    for h in handles {
-        if let Ok(r) = h.join() {
-            total.merge(&r);
+            let tasks: Vec<_> = (t..spec.connections)
+                .step_by(threads)
+                .map(|c| {
+                    tokio::task::spawn_local(connection(
+                        spec.clone(),
+                        c,
+                        stop_at,
+                        budget.clone(),
+                        report.clone(),
+                        done.clone(),
+                    ))
+                })
+                .collect();
+            for t in tasks {
+                let _ = t.await;
+            }
+            report.take()
         }
+    });
+    let mut total = Report::default();
+    for r in &reports {
+        total.merge(r);
     }
     total.elapsed = start.elapsed();
     total
-}
-
-/// Why one exchange failed.
-enum Failure {
-    Timeout,
-    Reset,
-    ShortBody,
-    Invalid,
 }
 
 async fn connection(
@@ -85,6 +74,7 @@ async fn connection(
     stop_at: Option<Instant>,
     budget: Arc<AtomicU64>,
     report: Rc<RefCell<Report>>,
+    done: Counter,
 ) {
     let requests: Vec<Vec<u8>> = spec.targets.iter().map(|t| spec.request(t)).collect();
     let mut next = index % requests.len();
@@ -108,22 +98,9 @@ async fn connection(
             return;
         }
         ticket = true;
-        let target = &spec.targets[next];
-        let mut stream =
-            match tokio::time::timeout(spec.timeout, TcpStream::connect(target.addr)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(_)) => {
-                    report.borrow_mut().errors.connect += 1;
-                    // Do not spin on a refused port.
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                    continue;
-                }
-                Err(_) => {
-                    report.borrow_mut().errors.timeout += 1;
-                    continue;
-                }
-            };
-        let _ = stream.set_nodelay(true);
+        let Some(mut stream) = connect(&spec, spec.targets[next].addr, &report).await else {
+            continue;
+        };
         buf.clear();
         let mut inflight: VecDeque<Instant> = VecDeque::with_capacity(depth);
         loop {
@@ -137,45 +114,26 @@ async fn connection(
                 return;
             }
             if !out.is_empty() {
-                match tokio::time::timeout(spec.timeout, stream.write_all(&out)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => {
-                        report.borrow_mut().errors.reset += inflight.len() as u64;
-                        continue 'connect;
-                    }
-                    Err(_) => {
-                        report.borrow_mut().errors.timeout += inflight.len() as u64;
-                        continue 'connect;
-                    }
+                if let Err(f) = send(&mut stream, &out, spec.timeout).await {
+                    report.borrow_mut().fail(f, inflight.len() as u64);
+                    continue 'connect;
                 }
             }
-            let outcome = read_response(&mut stream, &mut buf, &spec).await;
+            let outcome = read_response(&mut stream, &mut buf, spec.timeout).await;
             let sent = inflight.pop_front().expect("a request is in flight");
             let mut r = report.borrow_mut();
             match outcome {
-                Ok((status, bytes, body_len, keep_alive)) => {
-                    r.responses += 1;
-                    r.bytes += bytes;
-                    r.record(sent.elapsed().as_micros() as u64);
-                    if !(200..400).contains(&status) {
-                        r.errors.status += 1;
-                    } else if spec.expect_length.is_some_and(|n| n != body_len) {
-                        r.errors.short_body += 1;
-                    }
-                    if !keep_alive || !spec.keep_alive {
+                Ok(answer) => {
+                    done.add(1);
+                    r.answered(&answer, sent.elapsed(), spec.expect_length);
+                    if !answer.keep_alive || !spec.keep_alive {
                         // Requests pipelined behind a closing response are lost: count them.
                         r.errors.reset += inflight.len() as u64;
                         continue 'connect;
                     }
                 }
                 Err(f) => {
-                    let lost = 1 + inflight.len() as u64;
-                    match f {
-                        Failure::Timeout => r.errors.timeout += lost,
-                        Failure::Reset => r.errors.reset += lost,
-                        Failure::ShortBody => r.errors.short_body += lost,
-                        Failure::Invalid => r.errors.invalid += lost,
-                    }
+                    r.fail(f, 1 + inflight.len() as u64);
                     continue 'connect;
                 }
             }
@@ -183,61 +141,37 @@ async fn connection(
     }
 }
 
-/// Read one response from `stream` (using and refilling `buf`); returns status, bytes read
-/// for it, body length and whether the connection may be reused.
-async fn read_response(
-    stream: &mut TcpStream,
-    buf: &mut Vec<u8>,
+/// Connect with the spec's timeout; failures are counted (and a refused port is not spun on).
+pub(crate) async fn connect(
     spec: &Spec,
-) -> Result<(u16, u64, u64, bool), Failure> {
-    let head = loop {
-        match parse_response_head(buf, false) {
-            ResponseParse::Complete(h) => break h,
-            ResponseParse::Invalid => return Err(Failure::Invalid),
-            ResponseParse::Partial => {
-                if fill(stream, buf, spec).await? == 0 {
-                    return Err(Failure::Reset);
-                }
-            }
+    addr: std::net::SocketAddr,
+    report: &RefCell<Report>,
+) -> Option<TcpStream> {
+    match tokio::time::timeout(spec.timeout, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => {
+            let _ = s.set_nodelay(true);
+            Some(s)
         }
-    };
-    buf.drain(..head.head_len);
-    let mut bytes = head.head_len as u64;
-    let mut body = 0u64;
-    if head.until_close {
-        loop {
-            body += buf.len() as u64;
-            buf.clear();
-            if fill(stream, buf, spec).await? == 0 {
-                break;
-            }
+        Ok(Err(_)) => {
+            report.borrow_mut().errors.connect += 1;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            None
         }
-        return Ok((head.status, bytes + body, body, false));
-    }
-    if head.framing != BodyFraming::None {
-        let mut decoder = BodyDecoder::new(head.framing, u64::MAX).map_err(|_| Failure::Invalid)?;
-        loop {
-            while !buf.is_empty() && !decoder.is_done() {
-                let step = decoder.decode(buf).map_err(|_| Failure::Invalid)?;
-                body += step.data.len() as u64;
-                bytes += step.consumed as u64;
-                buf.drain(..step.consumed);
-            }
-            if decoder.is_done() {
-                break;
-            }
-            if fill(stream, buf, spec).await? == 0 {
-                return Err(Failure::ShortBody);
-            }
+        Err(_) => {
+            report.borrow_mut().errors.timeout += 1;
+            None
         }
     }
-    Ok((head.status, bytes, body, head.keep_alive))
 }
 
-async fn fill(stream: &mut TcpStream, buf: &mut Vec<u8>, spec: &Spec) -> Result<usize, Failure> {
-    buf.reserve(READ_CHUNK);
-    match tokio::time::timeout(spec.timeout, stream.read_buf(buf)).await {
-        Ok(Ok(n)) => Ok(n),
+/// Write `bytes` with a timeout.
+pub(crate) async fn send(
+    stream: &mut TcpStream,
+    bytes: &[u8],
+    timeout: Duration,
+) -> Result<(), Failure> {
+    match tokio::time::timeout(timeout, stream.write_all(bytes)).await {
+        Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err(Failure::Reset),
         Err(_) => Err(Failure::Timeout),
     }

@@ -1,16 +1,34 @@
-//! The load generator (`ramjet bench`): closed-loop HTTP/1.x load, ab/wrk style.
+//! The load generator (`ramjet bench`): HTTP/1.x load in the styles of ab/wrk (closed loop),
+//! httperf/wrk2 (open loop at a fixed rate), autobench (rate sweeps with plots), and the
+//! mirror's slow-download test.
 //!
 //! Brief overview: a [`Spec`] says what to send (targets, connections, duration or request
-//! count, keep-alive, version, pipelining depth, headers, threads); [`run`] drives it with one
-//! tokio `current_thread` runtime per thread and returns a [`Report`] whose every response was
-//! parsed and validated with the server's own `http1` codec; errors are counted by kind, never
-//! dropped. It never reaches into server internals: it only speaks HTTP over TCP.
+//! count, keep-alive, version, pipelining depth, headers, threads, CPUs, and a rate for the
+//! open loop); [`run`] drives it with one tokio `current_thread` runtime per thread and
+//! returns a [`Report`] whose every response was parsed and validated with the server's own
+//! `http1` codec; errors are counted by kind, never dropped. [`sweep`] runs the open loop at
+//! a list of rates and [`sweep_svg`] plots the result. [`run_slow`] holds throttled downloads
+//! from many source addresses; [`run_processes`] spreads them over processes. It never
+//! reaches into server internals: it only speaks HTTP over TCP.
 #![forbid(unsafe_code)]
 
 mod closed;
+mod exchange;
+mod fleet;
+mod open;
+mod plot;
+mod progress;
 mod report;
+mod slow;
 mod spec;
+mod sweep;
+mod threads;
 
-pub use closed::run;
+pub use closed::{run, run_counted};
+pub use fleet::run_processes;
+pub use plot::sweep_svg;
+pub use progress::{Counter, Progress};
 pub use report::{Errors, Report};
-pub use spec::{parse_duration, Spec, Target};
+pub use slow::{run_slow, SlowReport, SlowSpec, KEPT};
+pub use spec::{parse_duration, parse_url_list, Spec, Target};
+pub use sweep::{csv, csv_line, parse_sweep, sweep, Step, Sweep, CSV_HEADER};

@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
+use crate::exchange::{Answer, Failure};
+
 /// Errors by kind. Each failed exchange is counted once, under the first thing that went wrong.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Errors {
@@ -19,11 +21,20 @@ pub struct Errors {
     pub short_body: u64,
     /// Bytes that are not an HTTP/1.x response.
     pub invalid: u64,
+    /// Open loop without keep-alive: arrivals not started because `connections` were already
+    /// open (the client's cap, reported so overload is never hidden).
+    pub overflow: u64,
 }
 
 impl Errors {
     pub fn total(&self) -> u64 {
-        self.connect + self.timeout + self.reset + self.status + self.short_body + self.invalid
+        self.connect
+            + self.timeout
+            + self.reset
+            + self.status
+            + self.short_body
+            + self.invalid
+            + self.overflow
     }
 
     fn add(&mut self, o: &Errors) {
@@ -33,6 +44,7 @@ impl Errors {
         self.status += o.status;
         self.short_body += o.short_body;
         self.invalid += o.invalid;
+        self.overflow += o.overflow;
     }
 }
 
@@ -45,8 +57,11 @@ pub struct Report {
     pub bytes: u64,
     pub elapsed: Duration,
     pub errors: Errors,
-    /// Response latency in microseconds, from writing the request to the end of the response.
+    /// Response latency in microseconds, from writing the request (open loop: from when it
+    /// was due, if the connection was still busy then) to the end of the response.
     pub latency: Histogram<u64>,
+    /// Open loop: requests that were due during the run (the offered load).
+    pub offered: Option<u64>,
 }
 
 /// Longest latency the histogram records (one minute, in microseconds).
@@ -61,6 +76,7 @@ impl Default for Report {
             errors: Errors::default(),
             latency: Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)
                 .expect("valid histogram bounds"),
+            offered: None,
         }
     }
 }
@@ -70,7 +86,33 @@ impl Report {
         let _ = self.latency.record(micros.clamp(1, MAX_LATENCY_US));
     }
 
+    /// Count a complete response and validate it.
+    pub(crate) fn answered(&mut self, a: &Answer, latency: Duration, expect_length: Option<u64>) {
+        self.responses += 1;
+        self.bytes += a.bytes;
+        self.record(latency.as_micros() as u64);
+        if !(200..400).contains(&a.status) {
+            self.errors.status += 1;
+        } else if expect_length.is_some_and(|n| n != a.body_len) {
+            self.errors.short_body += 1;
+        }
+    }
+
+    /// Count `lost` requests that failed with `f`.
+    pub(crate) fn fail(&mut self, f: Failure, lost: u64) {
+        match f {
+            Failure::Timeout => self.errors.timeout += lost,
+            Failure::Reset => self.errors.reset += lost,
+            Failure::ShortBody => self.errors.short_body += lost,
+            Failure::Invalid => self.errors.invalid += lost,
+        }
+    }
+
     pub(crate) fn merge(&mut self, o: &Report) {
+        self.offered = match (self.offered, o.offered) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
         self.responses += o.responses;
         self.bytes += o.bytes;
         self.errors.add(&o.errors);
@@ -81,14 +123,34 @@ impl Report {
         self.responses as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    fn pct_ms(&self, q: f64) -> f64 {
+    /// Open loop: requests per second offered.
+    pub fn offered_per_sec(&self) -> Option<f64> {
+        self.offered
+            .map(|n| n as f64 / self.elapsed.as_secs_f64().max(1e-9))
+    }
+
+    /// Open loop: requests due but neither answered nor failed when the run ended.
+    pub fn unfinished(&self) -> u64 {
+        self.offered.map_or(0, |n| {
+            n.saturating_sub(self.responses + self.errors.total())
+        })
+    }
+
+    pub fn pct_ms(&self, q: f64) -> f64 {
         self.latency.value_at_quantile(q) as f64 / 1000.0
     }
 
     /// Human-readable summary in the spirit of wrk.
     pub fn text(&self) -> String {
-        format!(
-            "  Latency  p50 {:.3} ms  p90 {:.3} ms  p99 {:.3} ms  p99.9 {:.3} ms  max {:.3} ms\n  {} responses in {:.2}s, {:.2} MB read\nRequests/sec: {:.2}\nTransfer/sec: {:.2} MB\nErrors: connect {}, timeout {}, reset {}, status {}, short body {}, invalid {}\n",
+        let offered = self.offered_per_sec().map_or(String::new(), |o| {
+            format!(
+                "Offered/sec:  {o:.2} ({} requests due, {} unfinished at the end)\n",
+                self.offered.unwrap_or(0),
+                self.unfinished()
+            )
+        });
+        offered + &format!(
+            "  Latency  p50 {:.3} ms  p90 {:.3} ms  p99 {:.3} ms  p99.9 {:.3} ms  max {:.3} ms\n  {} responses in {:.2}s, {:.2} MB read\nRequests/sec: {:.2}\nTransfer/sec: {:.2} MB\nErrors: connect {}, timeout {}, reset {}, status {}, short body {}, invalid {}, overflow {}\n",
             self.pct_ms(0.5),
             self.pct_ms(0.9),
             self.pct_ms(0.99),
@@ -105,6 +167,7 @@ impl Report {
             self.errors.status,
             self.errors.short_body,
             self.errors.invalid,
+            self.errors.overflow,
         )
     }
 
@@ -115,6 +178,10 @@ impl Report {
             "bytes": self.bytes,
             "seconds": self.elapsed.as_secs_f64(),
             "requests_per_sec": self.requests_per_sec(),
+            "offered": self.offered,
+            "offered_per_sec": self.offered_per_sec(),
+            "unfinished": self.unfinished(),
+            "bytes_per_sec": self.bytes as f64 / self.elapsed.as_secs_f64().max(1e-9),
             "latency_ms": {
                 "p50": self.pct_ms(0.5), "p90": self.pct_ms(0.9), "p99": self.pct_ms(0.99),
                 "p99.9": self.pct_ms(0.999), "max": self.latency.max() as f64 / 1000.0,
@@ -122,6 +189,7 @@ impl Report {
             "errors": {
                 "connect": self.errors.connect, "timeout": self.errors.timeout, "reset": self.errors.reset,
                 "status": self.errors.status, "short_body": self.errors.short_body, "invalid": self.errors.invalid,
+                "overflow": self.errors.overflow, "total": self.errors.total(),
             },
         })
     }

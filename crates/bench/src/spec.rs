@@ -42,8 +42,9 @@ impl Target {
     }
 }
 
-/// A closed-loop run: every connection sends its next request(s) when the previous answers
-/// arrive.
+/// A load run. Closed loop (the default): every connection sends its next request(s) when the
+/// previous answers arrive. Open loop (`rate` set): requests are due on a fixed schedule
+/// whatever the server does.
 #[derive(Debug, Clone)]
 pub struct Spec {
     /// Requested round-robin per connection.
@@ -66,6 +67,33 @@ pub struct Spec {
     pub timeout: Duration,
     /// Expected body length of every response (a mismatch counts as a bad body).
     pub expect_length: Option<u64>,
+    /// Open loop: requests per second offered, independent of response times. With keep-alive
+    /// the schedule is shared by the `connections` (each sends when its turn is due, wrk2
+    /// style); without, every request is a new connection (httperf style) and at most
+    /// `connections` are open at once.
+    pub rate: Option<f64>,
+    /// Pin load thread t to `cpus[t % len]` (none: not pinned).
+    pub cpus: Vec<usize>,
+}
+
+impl Default for Spec {
+    fn default() -> Self {
+        Spec {
+            targets: Vec::new(),
+            connections: 50,
+            duration: Some(Duration::from_secs(10)),
+            requests: None,
+            keep_alive: true,
+            http10: false,
+            pipeline: 1,
+            headers: Vec::new(),
+            threads: 1,
+            timeout: Duration::from_secs(10),
+            expect_length: None,
+            rate: None,
+            cpus: Vec::new(),
+        }
+    }
 }
 
 impl Spec {
@@ -84,6 +112,47 @@ impl Spec {
         r.push_str("\r\n");
         r.into_bytes()
     }
+}
+
+/// Parse a URL list: one `URL [weight]` per line (weight a positive integer, default 1);
+/// blank lines and `#` comments are skipped. Returns the rotation each connection follows,
+/// with every URL appearing `weight` times, spread out (smooth weighted round robin).
+pub fn parse_url_list(text: &str) -> Result<Vec<Target>, String> {
+    let mut entries = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let url = words.next().unwrap_or_default();
+        let weight: u32 =
+            match words.next() {
+                None => 1,
+                Some(w) => w.parse().ok().filter(|&w| w > 0).ok_or_else(|| {
+                    format!("line {}: weight `{w}` is not a positive integer", n + 1)
+                })?,
+            };
+        let target = Target::parse(url).map_err(|e| format!("line {}: {e}", n + 1))?;
+        entries.push((target, weight as i64));
+    }
+    if entries.is_empty() {
+        return Err("the URL list is empty".into());
+    }
+    let total: i64 = entries.iter().map(|e| e.1).sum();
+    let mut current = vec![0i64; entries.len()];
+    let mut order = Vec::with_capacity(total as usize);
+    for _ in 0..total {
+        for (c, e) in current.iter_mut().zip(&entries) {
+            *c += e.1;
+        }
+        let best = (0..entries.len())
+            .max_by_key(|&i| (current[i], std::cmp::Reverse(i)))
+            .unwrap_or(0);
+        current[best] -= total;
+        order.push(entries[best].0.clone());
+    }
+    Ok(order)
 }
 
 /// "10s", "500ms", "2m" or plain seconds.
@@ -116,6 +185,21 @@ mod tests {
         assert_eq!(t.addr, "[::1]:9".parse().unwrap());
         assert_eq!(Target::parse("http://127.0.0.1").unwrap().path, "/");
         assert!(Target::parse("https://x/").is_err());
+    }
+
+    #[test]
+    fn weighted_lists_interleave() {
+        let list = "# pages\nhttp://127.0.0.1:1/a 3\n\nhttp://127.0.0.1:1/b\n";
+        let order: Vec<String> = parse_url_list(list)
+            .unwrap()
+            .into_iter()
+            .map(|t| t.path)
+            .collect();
+        assert_eq!(order, ["/a", "/a", "/b", "/a"]);
+        assert!(parse_url_list("http://127.0.0.1:1/a 0")
+            .unwrap_err()
+            .contains("line 1"));
+        assert!(parse_url_list("\n#x\n").is_err());
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! `ramjet`: command line, process setup and wiring. No request logic lives here.
 #![forbid(unsafe_code)]
 
+mod bench_cli;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,8 +36,9 @@ struct Cli {
 enum Command {
     /// Serve DIR (default: the current directory) on port 8080, or what --config says.
     Serve(ServeArgs),
-    /// Load generator (closed loop, wrk/ab style): `ramjet bench http://127.0.0.1:8080/x`.
-    Bench(BenchArgs),
+    /// Load generator: closed loop (wrk/ab), open loop (--rate), sweeps (--sweep) and slow
+    /// downloads (--slow): `ramjet bench http://127.0.0.1:8080/x`.
+    Bench(Box<bench_cli::BenchArgs>),
     /// Validate a configuration file and print it resolved.
     CheckConfig {
         /// The TOML file.
@@ -64,104 +67,11 @@ struct ServeArgs {
     access_log: Option<String>,
 }
 
-#[derive(clap::Args)]
-struct BenchArgs {
-    /// URLs to request, round-robin per connection (http:// only).
-    #[arg(required = true)]
-    urls: Vec<String>,
-    /// Concurrent connections.
-    #[arg(short, long, default_value_t = 50)]
-    connections: usize,
-    /// How long to run (e.g. 10s, 500ms); default 10s unless -n is given.
-    #[arg(short, long, value_parser = ramjet_bench::parse_duration)]
-    duration: Option<std::time::Duration>,
-    /// Total requests to send (stops at whichever of -d and -n comes first).
-    #[arg(short = 'n', long)]
-    requests: Option<u64>,
-    /// Threads, each with its own event loop.
-    #[arg(short, long, default_value_t = 1)]
-    threads: usize,
-    /// Requests in flight per connection.
-    #[arg(long, default_value_t = 1)]
-    pipeline: usize,
-    /// A new connection for every request.
-    #[arg(long)]
-    no_keepalive: bool,
-    /// Speak HTTP/1.0.
-    #[arg(long)]
-    http10: bool,
-    /// Extra request header, e.g. -H "Accept-Encoding: gzip" (repeatable).
-    #[arg(short = 'H', long = "header")]
-    headers: Vec<String>,
-    /// Per-exchange timeout.
-    #[arg(long, default_value = "10s", value_parser = ramjet_bench::parse_duration)]
-    timeout: std::time::Duration,
-    /// Count responses whose body is not this many bytes as errors.
-    #[arg(long)]
-    expect_length: Option<u64>,
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
-}
-
-fn bench(args: BenchArgs) -> anyhow::Result<()> {
-    let targets = args
-        .urls
-        .iter()
-        .map(|u| ramjet_bench::Target::parse(u).map_err(anyhow::Error::msg))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let headers = args
-        .headers
-        .iter()
-        .map(|h| {
-            h.split_once(':')
-                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-                .ok_or_else(|| anyhow::anyhow!("header `{h}` is not `Name: value`"))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let duration = match (args.duration, args.requests) {
-        (None, None) => Some(std::time::Duration::from_secs(10)),
-        (d, _) => d,
-    };
-    let spec = ramjet_bench::Spec {
-        targets,
-        connections: args.connections.max(1),
-        duration,
-        requests: args.requests,
-        keep_alive: !args.no_keepalive,
-        http10: args.http10,
-        pipeline: args.pipeline.max(1),
-        headers,
-        threads: args.threads.max(1),
-        timeout: args.timeout,
-        expect_length: args.expect_length,
-    };
-    if !args.json {
-        println!(
-            "Running {} @ {}\n  {} threads and {} connections",
-            duration.map_or_else(
-                || format!("{} requests", args.requests.unwrap_or(0)),
-                |d| format!("{d:?} test")
-            ),
-            args.urls.join(" "),
-            spec.threads,
-            spec.connections
-        );
-    }
-    let report = ramjet_bench::run(&spec);
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report.json())?);
-    } else {
-        print!("{}", report.text());
-    }
-    Ok(())
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args),
-        Command::Bench(args) => bench(args),
+        Command::Bench(args) => bench_cli::bench(*args),
         Command::CheckConfig { file } => check_config(&file),
     };
     match result {

@@ -1,0 +1,465 @@
+//! Slow downloads: hold N concurrent downloads, each read by the client at R bytes/s, for a
+//! duration — the mirror scenario (thousands of modem- and DSL-speed clients on one server).
+//!
+//! Each connection binds to one of the given source addresses (so N can exceed one
+//! address's ephemeral ports), uses a small receive buffer (so the server, not the client's
+//! kernel, holds the backlog), reads with a token bucket and, when a file ends, asks for it
+//! again on the same connection. A connection "kept its rate" if it was still downloading at
+//! the end and averaged at least [`KEPT`] of R since its first body byte.
+
+use std::cell::RefCell;
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ramjet_http1::{parse_response_head, BodyFraming, ResponseParse};
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::progress::Counter;
+use crate::report::Errors;
+use crate::spec::Target;
+use crate::threads::on_threads;
+
+/// Share of the target rate a connection must average to count as having kept it.
+pub const KEPT: f64 = 0.95;
+/// Per-connection rate histogram: bucket k holds connections at k% of the target (last: more).
+const BUCKETS: usize = 201;
+/// Bytes read per read call at most.
+const SCRATCH: usize = 64 * 1024;
+/// Bytes read per call while looking for the response head.
+const HEAD_READ: usize = 1024;
+
+/// What a slow-download run holds.
+#[derive(Debug, Clone)]
+pub struct SlowSpec {
+    pub target: Target,
+    pub connections: usize,
+    /// Per-connection read rate, bytes per second.
+    pub bytes_per_sec: u64,
+    pub duration: Duration,
+    /// Source addresses, used round-robin (empty: the kernel picks).
+    pub sources: Vec<IpAddr>,
+    pub threads: usize,
+    pub cpus: Vec<usize>,
+    /// Connection attempts in flight at once (per process), so the listen backlog is not
+    /// flooded while N connections are opened.
+    pub connect_concurrency: usize,
+    /// No progress at all for this long is a timeout.
+    pub timeout: Duration,
+    /// SO_RCVBUF asked for on each connection (the kernel doubles it).
+    pub recv_buffer: u32,
+}
+
+/// What a slow-download run measured; merges across threads and processes.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SlowReport {
+    /// Connections asked for.
+    pub wanted: u64,
+    /// Connections that received a response head.
+    pub established: u64,
+    /// Connections still downloading at the end.
+    pub alive_at_end: u64,
+    /// Of those, how many averaged at least 95% of the target rate.
+    pub kept_rate: u64,
+    /// Body bytes received.
+    pub bytes: u64,
+    pub seconds: f64,
+    /// Seconds from the start until the last connection was established.
+    pub ramp_seconds: f64,
+    pub target_bytes_per_sec: u64,
+    pub errors: ErrorCounts,
+    /// Connections by achieved rate in percent of the target (index 200: 200% or more).
+    pub rate_percent: Vec<u64>,
+}
+
+/// [`Errors`] in a serialisable shape.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorCounts {
+    pub connect: u64,
+    pub timeout: u64,
+    pub reset: u64,
+    pub status: u64,
+    pub short_body: u64,
+    pub invalid: u64,
+}
+
+impl ErrorCounts {
+    pub fn total(&self) -> u64 {
+        Errors::from(*self).total()
+    }
+}
+
+impl From<ErrorCounts> for Errors {
+    fn from(e: ErrorCounts) -> Errors {
+        Errors {
+            connect: e.connect,
+            timeout: e.timeout,
+            reset: e.reset,
+            status: e.status,
+            short_body: e.short_body,
+            invalid: e.invalid,
+            overflow: 0,
+        }
+    }
+}
+
+impl SlowReport {
+    /// Fold another thread's or process's report into this one.
+    pub fn merge(&mut self, o: &SlowReport) {
+        self.wanted += o.wanted;
+        self.established += o.established;
+        self.alive_at_end += o.alive_at_end;
+        self.kept_rate += o.kept_rate;
+        self.bytes += o.bytes;
+        self.seconds = self.seconds.max(o.seconds);
+        self.ramp_seconds = self.ramp_seconds.max(o.ramp_seconds);
+        self.target_bytes_per_sec = self.target_bytes_per_sec.max(o.target_bytes_per_sec);
+        let e = &mut self.errors;
+        e.connect += o.errors.connect;
+        e.timeout += o.errors.timeout;
+        e.reset += o.errors.reset;
+        e.status += o.errors.status;
+        e.short_body += o.errors.short_body;
+        e.invalid += o.errors.invalid;
+        self.rate_percent.resize(BUCKETS, 0);
+        for (a, b) in self.rate_percent.iter_mut().zip(&o.rate_percent) {
+            *a += b;
+        }
+    }
+
+    /// Count a connection still downloading at the end, `got` bytes in `since` from its first
+    /// body byte.
+    fn held(&mut self, spec: &SlowSpec, got: u64, since: Option<Duration>) {
+        self.alive_at_end += 1;
+        let Some(since) = since else {
+            self.rate_percent[0] += 1;
+            return;
+        };
+        // The client reads once per `read_interval`: the last, unfinished interval is not
+        // held against the connection.
+        let interval = read_interval(spec);
+        let secs = (since.as_secs_f64() - interval).max(interval);
+        let rate = got as f64 / secs / spec.bytes_per_sec.max(1) as f64;
+        if rate >= KEPT {
+            self.kept_rate += 1;
+        }
+        self.rate_percent[((rate * 100.0) as usize).min(BUCKETS - 1)] += 1;
+    }
+
+    /// The per-connection rate (percent of target) at quantile `q` of connections alive at
+    /// the end.
+    pub fn rate_percentile(&self, q: f64) -> Option<usize> {
+        let total: u64 = self.rate_percent.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = ((q * total as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (k, n) in self.rate_percent.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return Some(k);
+            }
+        }
+        None
+    }
+
+    pub fn text(&self) -> String {
+        let pct = |q| {
+            self.rate_percentile(q)
+                .map_or("-".to_string(), |p| format!("{p}%"))
+        };
+        let e = &self.errors;
+        format!(
+            "  {} of {} connections established (last after {:.1}s), {} still downloading at the end\n  {} kept at least {:.0}% of {} B/s; per-connection rate: min {} p1 {} p50 {}\n  {:.2} MB received in {:.1}s: {:.2} MB/s ({:.1} Mbit/s)\nErrors: connect {}, timeout {}, reset {}, status {}, short body {}, invalid {}\n",
+            self.established,
+            self.wanted,
+            self.ramp_seconds,
+            self.alive_at_end,
+            self.kept_rate,
+            KEPT * 100.0,
+            self.target_bytes_per_sec,
+            pct(0.0),
+            pct(0.01),
+            pct(0.5),
+            self.bytes as f64 / 1e6,
+            self.seconds,
+            self.bytes as f64 / 1e6 / self.seconds.max(1e-9),
+            self.bytes as f64 * 8.0 / 1e6 / self.seconds.max(1e-9),
+            e.connect,
+            e.timeout,
+            e.reset,
+            e.status,
+            e.short_body,
+            e.invalid,
+        )
+    }
+}
+
+/// Hold the downloads `spec` asks for in this process; `established` counts connections
+/// as they get their first response (for a progress bar).
+pub fn run_slow(spec: &SlowSpec, established: &Counter) -> SlowReport {
+    let spec = Arc::new(spec.clone());
+    let start = Instant::now();
+    let end = start + spec.duration;
+    let threads = spec.threads.max(1).min(spec.connections.max(1));
+    let counter = established.clone();
+    let cpus = spec.cpus.clone();
+    let reports = on_threads(threads, &cpus, move |t| {
+        let spec = spec.clone();
+        let counter = counter.clone();
+        async move {
+            let report = Rc::new(RefCell::new(SlowReport {
+                rate_percent: vec![0; BUCKETS],
+                target_bytes_per_sec: spec.bytes_per_sec,
+                ..SlowReport::default()
+            }));
+            let gate = Rc::new(tokio::sync::Semaphore::new(
+                spec.connect_concurrency.div_ceil(threads).max(1),
+            ));
+            let scratch = Rc::new(RefCell::new(vec![0u8; SCRATCH]));
+            let tasks: Vec<_> = (t..spec.connections)
+                .step_by(threads)
+                .map(|c| {
+                    tokio::task::spawn_local(download(
+                        spec.clone(),
+                        c,
+                        (start, end),
+                        report.clone(),
+                        gate.clone(),
+                        scratch.clone(),
+                        counter.clone(),
+                    ))
+                })
+                .collect();
+            for task in tasks {
+                let _ = task.await;
+            }
+            report.take()
+        }
+    });
+    let mut total = SlowReport {
+        rate_percent: vec![0; BUCKETS],
+        ..SlowReport::default()
+    };
+    for r in &reports {
+        total.merge(r);
+    }
+    total.seconds = (end - start).as_secs_f64();
+    total
+}
+
+/// Why a download stopped before the end.
+enum Stop {
+    Timeout,
+    Reset,
+    Status,
+    ShortBody,
+    Invalid,
+}
+
+/// One download connection, reconnecting after a failure until the end.
+async fn download(
+    spec: Arc<SlowSpec>,
+    index: usize,
+    (start, end): (Instant, Instant),
+    report: Rc<RefCell<SlowReport>>,
+    gate: Rc<tokio::sync::Semaphore>,
+    scratch: Rc<RefCell<Vec<u8>>>,
+    established: Counter,
+) {
+    report.borrow_mut().wanted += 1;
+    let source = (!spec.sources.is_empty()).then(|| spec.sources[index % spec.sources.len()]);
+    let deadline = tokio::time::Instant::from_std(end);
+    let mut counted = false;
+    while Instant::now() < end {
+        let stream = {
+            let permit = gate.acquire().await;
+            let limit = deadline.min(tokio::time::Instant::now() + spec.timeout);
+            match tokio::time::timeout_at(limit, open(&spec, source)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(_)) => {
+                    report.borrow_mut().errors.connect += 1;
+                    drop(permit);
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+                Err(_) => {
+                    if Instant::now() < end {
+                        report.borrow_mut().errors.timeout += 1;
+                    }
+                    continue;
+                }
+            }
+        };
+        let mut got = 0u64;
+        let mut first: Option<Instant> = None;
+        let result = tokio::time::timeout_at(
+            deadline,
+            transfer(&spec, stream, &scratch, &mut got, &mut first, &mut || {
+                if !counted {
+                    counted = true;
+                    established.add(1);
+                    let mut r = report.borrow_mut();
+                    r.established += 1;
+                    r.ramp_seconds = r.ramp_seconds.max(start.elapsed().as_secs_f64());
+                }
+            }),
+        )
+        .await;
+        let held = {
+            let mut r = report.borrow_mut();
+            r.bytes += got;
+            match result {
+                // Still downloading at the end: this connection held.
+                Err(_) => {
+                    r.held(&spec, got, first.map(|f| end - f));
+                    true
+                }
+                Ok(stop) => {
+                    let e = &mut r.errors;
+                    match stop {
+                        Stop::Timeout => e.timeout += 1,
+                        Stop::Reset => e.reset += 1,
+                        Stop::Status => e.status += 1,
+                        Stop::ShortBody => e.short_body += 1,
+                        Stop::Invalid => e.invalid += 1,
+                    }
+                    false
+                }
+            }
+        };
+        if held {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn open(spec: &SlowSpec, source: Option<IpAddr>) -> std::io::Result<TcpStream> {
+    let addr = spec.target.addr;
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket.set_recv_buffer_size(spec.recv_buffer)?;
+    if let Some(ip) = source {
+        socket.bind(SocketAddr::new(ip, 0))?;
+    }
+    socket.connect(addr).await
+}
+
+/// Request the file again and again, reading at the spec's rate; returns why it stopped
+/// (the caller's deadline ends it otherwise). `got` counts body bytes, `first` is the first
+/// body byte's time; `on_head` runs at every response head.
+async fn transfer(
+    spec: &SlowSpec,
+    mut stream: TcpStream,
+    scratch: &RefCell<Vec<u8>>,
+    got: &mut u64,
+    first: &mut Option<Instant>,
+    on_head: &mut impl FnMut(),
+) -> Stop {
+    let request = format!(
+        "GET {} HTTP/1.1\r\nHost: {}\r\n\r\n",
+        spec.target.path, spec.target.host
+    );
+    let rate = spec.bytes_per_sec.max(1) as f64;
+    let chunk = (rate * read_interval(spec)) as u64;
+    let mut head = Vec::new();
+    loop {
+        if stream.write_all(request.as_bytes()).await.is_err() {
+            return Stop::Reset;
+        }
+        // The head (and whatever body bytes came with it).
+        head.clear();
+        let (mut remaining, body_start) = loop {
+            // Small reads, so little body arrives with the head ahead of the rate.
+            match read_some(&mut stream, scratch, HEAD_READ, spec.timeout, |b| {
+                head.extend_from_slice(b)
+            })
+            .await
+            {
+                Err(stop) => return stop,
+                Ok(0) => return Stop::Reset,
+                Ok(_) => {}
+            }
+            match parse_response_head(&head, false) {
+                ResponseParse::Partial if head.len() < 64 * 1024 => continue,
+                ResponseParse::Complete(h) => {
+                    if !(200..300).contains(&h.status) {
+                        return Stop::Status;
+                    }
+                    let BodyFraming::Length(n) = h.framing else {
+                        return Stop::Invalid;
+                    };
+                    break (n, h.head_len);
+                }
+                _ => return Stop::Invalid,
+            }
+        };
+        on_head();
+        let t0 = *first.get_or_insert_with(Instant::now);
+        let extra = (head.len() - body_start) as u64;
+        if extra > remaining {
+            return Stop::Invalid;
+        }
+        remaining -= extra;
+        *got += extra;
+        while remaining > 0 {
+            let allowed = rate * t0.elapsed().as_secs_f64();
+            let tokens = allowed - *got as f64;
+            if tokens < 512f64.min(remaining as f64) {
+                let wait = (*got + chunk.min(remaining)) as f64 / rate;
+                tokio::time::sleep_until((t0 + Duration::from_secs_f64(wait)).into()).await;
+                continue;
+            }
+            let want = (tokens as u64).min(remaining).min(SCRATCH as u64) as usize;
+            match read_some(&mut stream, scratch, want, spec.timeout, |_| {}).await {
+                Err(stop) => return stop,
+                Ok(0) => return Stop::ShortBody,
+                Ok(n) => {
+                    remaining -= n as u64;
+                    *got += n as u64;
+                }
+            }
+        }
+    }
+}
+
+/// Seconds between a connection's reads: about two wake-ups per second, never under 512
+/// bytes at a time.
+fn read_interval(spec: &SlowSpec) -> f64 {
+    let rate = spec.bytes_per_sec.max(1) as f64;
+    (rate / 2.0).max(512.0) / rate
+}
+
+/// Read at most `max` bytes into the shared scratch buffer and hand them to `take`.
+async fn read_some(
+    stream: &mut TcpStream,
+    scratch: &RefCell<Vec<u8>>,
+    max: usize,
+    timeout: Duration,
+    mut take: impl FnMut(&[u8]),
+) -> Result<usize, Stop> {
+    loop {
+        match tokio::time::timeout(timeout, stream.readable()).await {
+            Err(_) => return Err(Stop::Timeout),
+            Ok(Err(_)) => return Err(Stop::Reset),
+            Ok(Ok(())) => {}
+        }
+        let mut buf = scratch.borrow_mut();
+        match stream.try_read(&mut buf[..max]) {
+            Ok(n) => {
+                take(&buf[..n]);
+                return Ok(n);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => return Err(Stop::Reset),
+        }
+    }
+}
