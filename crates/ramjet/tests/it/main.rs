@@ -2,6 +2,7 @@
 //! to it, then checks the server logged no unexpected error.
 
 mod autoindex;
+mod bench;
 mod codec;
 mod conditional;
 mod config;
