@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Compare ramjet with nginx, lighttpd and h2o on this machine, in one run.
+"""Compare ramjet with nginx, lighttpd, h2o and Apache on this machine, in one run.
 
-Each server runs with one worker pinned to CPU 0; the load (wrk) runs pinned to CPU 1.
-Every profile is repeated ROUNDS times with the server order rotated; the report gives the
-median run, server CPU time from /proc/PID/stat, requests per server-CPU-second and ratios
-to nginx. Usage (as root, peers installed by bench/install-peers.sh):
+Each server runs with one worker pinned to CPU 0; the load runs pinned to CPU 1, driven by
+`wrk -t1`, by `ramjet bench -t1`, or by both (--client). Every profile is repeated ROUNDS
+times with the server order rotated; the report gives the median run, server CPU time from
+/proc/PID/stat, requests per server-CPU-second, ratios to nginx, and (with both clients)
+how the two clients compare. --sweep adds open-loop rate sweeps of chosen servers with an
+SVG plot. Usage (as root; bench/compare installs the peers first):
 
-    python3 bench/compare.py --out bench/results/$(date +%F) [--rounds 3] [--duration 8]
+    bench/compare --out bench/results/$(date +%F) [--rounds 3] [--duration 8] [--client both]
 """
 import argparse
 import json
@@ -26,19 +28,24 @@ ROOT = Path(__file__).resolve().parent.parent
 WORK = Path(tempfile.gettempdir()) / "ramjet-bench"
 WWW = WORK / "www"
 TICK = os.sysconf("SC_CLK_TCK")
-PORTS = {"ramjet": 18080, "nginx": 18081, "lighttpd": 18082, "h2o": 18083}
+PORTS = {"ramjet": 18080, "nginx": 18081, "lighttpd": 18082, "h2o": 18083, "apache": 18084}
 
-# name, path, connections, extra wrk args
+# The 2004 static-page test: a 21.5 KB page and its two 25 KB images, fetched together.
+PAGE = ["/21k.html", "/img1.jpg", "/img2.jpg"]
+
+# name, paths (rotated per connection), connections, mode ("" | "pipeline" | "close")
 KEEPALIVE = [
-    ("100B c50", "/100.bin", 50, []),
-    ("100B c1000", "/100.bin", 1000, []),
-    ("4KB c50", "/4k.bin", 50, []),
-    ("4KB c1000", "/4k.bin", 1000, []),
-    ("21.5KB c50", "/21k.html", 50, []),
-    ("21.5KB c1000", "/21k.html", 1000, []),
-    ("4KB pipelined x4 c50", "/4k.bin", 50, ["-s", "PIPELINE"]),
-    ("4KB no keep-alive c50", "/4k.bin", 50, ["-H", "Connection: close"]),
-    ("100MB c4", "/100m.bin", 4, []),
+    ("100B c50", ["/100.bin"], 50, ""),
+    ("100B c1000", ["/100.bin"], 1000, ""),
+    ("4KB c50", ["/4k.bin"], 50, ""),
+    ("4KB c1000", ["/4k.bin"], 1000, ""),
+    ("21.5KB c50", ["/21k.html"], 50, ""),
+    ("21.5KB c1000", ["/21k.html"], 1000, ""),
+    ("4KB pipelined x4 c50", ["/4k.bin"], 50, "pipeline"),
+    ("4KB no keep-alive c50", ["/4k.bin"], 50, "close"),
+    ("100MB c4", ["/100m.bin"], 4, ""),
+    ("2004 page keep-alive c50", PAGE, 50, ""),
+    ("2004 page no keep-alive c50", PAGE, 50, "close"),
 ]
 
 
@@ -48,7 +55,8 @@ def sh(cmd, **kw):
 
 def make_files():
     WWW.mkdir(parents=True, exist_ok=True)
-    specs = {"100.bin": 100, "4k.bin": 4096, "21k.html": 22016, "100m.bin": 100 << 20}
+    specs = {"100.bin": 100, "4k.bin": 4096, "21k.html": 22016, "100m.bin": 100 << 20,
+             "img1.jpg": 25600, "img2.jpg": 25600}
     for name, size in specs.items():
         p = WWW / name
         if not p.exists() or p.stat().st_size != size:
@@ -62,6 +70,11 @@ def make_files():
     (WORK / "pipeline.lua").write_text(
         'init = function(args)\n  local r = {}\n  for i = 1, 4 do r[i] = wrk.format(nil, "/4k.bin") end\n'
         '  req = table.concat(r)\nend\nrequest = function() return req end\n'
+    )
+    # Each connection walks the page's three URLs in turn (wrk runs one Lua state per thread).
+    (WORK / "page.lua").write_text(
+        'local paths = {' + ", ".join(f'"{p}"' for p in PAGE) + '}\nlocal i = 0\n'
+        'request = function()\n  i = i % #paths + 1\n  return wrk.format(nil, paths[i])\nend\n'
     )
 
 
@@ -147,6 +160,38 @@ hosts:
         file.dir: {WWW}
 """)
         return ["h2o", "-c", str(cfg)]
+    if name == "apache":
+        cfg = conf_dir / "apache.conf"
+        mods = "/usr/lib/apache2/modules"
+        cfg.write_text(f"""ServerRoot {conf_dir}
+LoadModule mpm_event_module {mods}/mod_mpm_event.so
+LoadModule authz_core_module {mods}/mod_authz_core.so
+LoadModule mime_module {mods}/mod_mime.so
+LoadModule dir_module {mods}/mod_dir.so
+Listen 127.0.0.1:{port}
+ServerName localhost
+PidFile {conf_dir}/apache.pid
+ErrorLog {conf_dir}/apache-error.log
+TypesConfig /etc/mime.types
+DocumentRoot {WWW}
+<Directory {WWW}>
+  Require all granted
+</Directory>
+EnableSendfile On
+EnableMMAP On
+KeepAlive On
+MaxKeepAliveRequests 0
+KeepAliveTimeout 300
+Timeout 300
+ListenBacklog 4096
+ServerLimit 1
+StartServers 1
+ThreadLimit 64
+ThreadsPerChild 64
+MaxRequestWorkers 64
+AsyncRequestWorkerFactor 300
+""")
+        return ["apache2", "-X", "-f", str(cfg)]
     raise ValueError(name)
 
 
@@ -171,16 +216,30 @@ class Server:
 
     def cpu_ticks(self):
         total = 0
-        for pid in self.pids:
+        for pid in self.all_pids():
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             total += int(fields[11]) + int(fields[12])
         return total
 
+    def all_pids(self):
+        """The server process and any children it forked (Apache's workers)."""
+        pids = set(self.pids)
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) in pids:
+                pids.add(int(stat.parent.name))
+        return pids
+
     def rss_kb(self):
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        return 0
+        total = 0
+        for pid in self.all_pids():
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        return total
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
@@ -221,24 +280,64 @@ def parse_wrk(out):
     return r
 
 
-def run_wrk(server, path, conns, extra, duration):
-    args = []
-    for a in extra:
-        args.append(str(WORK / "pipeline.lua") if a == "PIPELINE" else a)
-    url = f"http://127.0.0.1:{PORTS[server.name]}{path}"
-    cmd = ["taskset", "-c", "1", "wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency"] + args + [url]
-    # Warm: one short run so caches are filled and connections are not counted cold.
-    subprocess.run(cmd[:5] + ["-d1s"] + args + [url], capture_output=True, text=True)
+def client_cmd(client, server, profile, duration, ramjet_bin):
+    _name, paths, conns, mode = profile
+    base = f"http://127.0.0.1:{PORTS[server.name]}"
+    if client == "wrk":
+        cmd = ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency"]
+        if mode == "pipeline":
+            cmd += ["-s", str(WORK / "pipeline.lua")]
+        elif len(paths) > 1:
+            cmd += ["-s", str(WORK / "page.lua")]
+        if mode == "close":
+            cmd += ["-H", "Connection: close"]
+        return cmd + [base + paths[0]]
+    cmd = [ramjet_bin, "bench", "-t1", "-c", str(conns), "-d", f"{duration}s", "--json", "--no-progress"]
+    if mode == "pipeline":
+        cmd += ["--pipeline", "4"]
+    if mode == "close":
+        cmd += ["--no-keepalive"]
+    return cmd + [base + p for p in paths]
+
+
+def parse_ramjet_bench(out):
+    v = json.loads(out)
+    lat = v["latency_ms"]
+    errs = v["errors"]
+    return {"rps": v["requests_per_sec"], "bytes_per_s": v["bytes_per_sec"], "p50_ms": lat["p50"],
+            "p99_ms": lat["p99"], "requests": v["responses"], "non2xx": errs["status"],
+            "socket_errors": errs["total"] - errs["status"]}
+
+
+def children_cpu():
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_load(client, server, profile, duration, ramjet_bin):
+    """One measured run of `profile` against `server`, load pinned to CPU 1, after a 1 s
+    warm-up with the same client. Records server CPU (from /proc) and client CPU (rusage)."""
+    cmd = ["taskset", "-c", "1"] + client_cmd(client, server, profile, duration, ramjet_bin)
+    warm = ["taskset", "-c", "1"] + client_cmd(client, server, profile, 1, ramjet_bin)
+    subprocess.run(warm, capture_output=True, text=True)
     before = server.cpu_ticks()
+    client_before = children_cpu()
     t0 = time.time()
     out = subprocess.run(cmd, capture_output=True, text=True).stdout
     wall = time.time() - t0
+    client_cpu = children_cpu() - client_before
     cpu = (server.cpu_ticks() - before) / TICK
-    r = parse_wrk(out)
+    try:
+        r = parse_wrk(out) if client == "wrk" else parse_ramjet_bench(out)
+    except (ValueError, KeyError) as e:
+        raise RuntimeError(f"{client} printed no report ({e}): {out[:300]}")
     r["server_cpu_s"] = cpu
+    r["client_cpu_s"] = client_cpu
     r["wall_s"] = wall
     r["cpu_util"] = cpu / wall if wall else 0
     r["rps_per_cpu_s"] = r["requests"] / cpu if cpu else 0
+    r["rps_per_client_cpu_s"] = r["requests"] / client_cpu if client_cpu else 0
     r["cmd"] = " ".join(cmd)
     return r
 
@@ -282,10 +381,13 @@ def idle_connections(server, count):
 COLD_RATE = "25M"  # per download: a fast mirror client, the same offered load for every server
 
 
-def cold_under_load(server, cold_files, duration):
+HOT = ("4KB c50", ["/4k.bin"], 50, "")
+
+
+def cold_under_load(server, cold_files, duration, ramjet_bin):
     """p99 of hot 4 KB requests, quiet and while cold 1 GiB files are downloaded at COLD_RATE
     each (bytes actually delivered are recorded, so servers are compared at equal work)."""
-    quiet = run_wrk(server, "/4k.bin", 50, [], duration)
+    quiet = run_load("wrk", server, HOT, duration, ramjet_bin)
     drop_from_cache(cold_files)
     port = PORTS[server.name]
     downloads = [subprocess.Popen(["taskset", "-c", "1", "curl", "-s", "-o", "/dev/null", "--limit-rate", COLD_RATE,
@@ -293,7 +395,7 @@ def cold_under_load(server, cold_files, duration):
                                    f"http://127.0.0.1:{port}/cold/{p.name}"], stdout=subprocess.PIPE, text=True)
                  for p in cold_files]
     time.sleep(1.0)
-    loaded = run_wrk(server, "/4k.bin", 50, [], duration)
+    loaded = run_load("wrk", server, HOT, duration, ramjet_bin)
     delivered = 0
     for d in downloads:
         out, _ = d.communicate()
@@ -312,35 +414,74 @@ def fmt(v, digits=0):
     return f"{v:,.{digits}f}"
 
 
-def report(results, servers, args, out):
+def order(per_server):
+    return [n for n, _ in sorted(per_server.items(), key=lambda kv: -kv[1]["rps"])]
+
+
+def report(results, servers, clients, args, out):
     lines = [f"# ramjet vs peers — {time.strftime('%Y-%m-%d %H:%M')}", ""]
     lines += [
         "Machine: 2 vCPU VM (" + os.uname().release + "), loopback. Each server: one worker pinned to CPU 0;",
-        "load: `wrk -t1` pinned to CPU 1. Median of " + str(args.rounds) + " runs (server order rotated each round),",
-        f"{args.duration} s each after a 1 s warm-up. Server CPU = utime+stime from /proc/PID/stat during the run.",
+        "load: " + " and ".join(f"`{c} -t1`" if c == "wrk" else "`ramjet bench -t1`" for c in clients)
+        + " pinned to CPU 1. Median of " + str(args.rounds) + " runs (server order rotated each round),",
+        f"{args.duration} s each after a 1 s warm-up. Server CPU = utime+stime from /proc/PID/stat (and children) during the run;",
+        "client CPU = the load process's rusage.",
         "Command: `" + " ".join(sys.argv) + "`", "",
         "Versions: " + ", ".join(versions()), "",
         "Peer configs (written by this script): nginx `sendfile on; tcp_nopush on; open_file_cache`, access log off,",
         "`worker_processes 1` (plus `aio threads` in the cold-file profile only); lighttpd `network-backend sendfile`,",
-        "stat cache, keep-alive 100000 requests; h2o `num-threads: 1`; ramjet `workers = 1`, access log off.", "",
+        "stat cache, keep-alive 100000 requests; h2o `num-threads: 1`; Apache event MPM in one process (`-X`),",
+        "64 threads, `EnableSendfile On`, `MaxKeepAliveRequests 0`, no access log; ramjet `workers = 1`, access log off.",
+        "The 2004 page profiles fetch a 21.5 KB page and its two 25 KB images in turn on each connection;",
+        "pages/s = req/s / 3.", "",
     ]
-    for profile, per_server in results["keepalive"].items():
+    for profile, per_client in results["median"].items():
+        page = profile.startswith("2004")
         lines += [f"## {profile}", "",
-                  "| server | req/s | p50 ms | p99 ms | server CPU | req per CPU-s | Gbit/s | Gbit per CPU-s | req/s vs nginx | req/CPU-s vs nginx | errors |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        base = per_server.get("nginx")
+                  "| server | client | req/s |" + (" pages/s |" if page else "") +
+                  " p50 ms | p99 ms | server CPU | req per CPU-s | Gbit/s | req/s vs nginx | req/CPU-s vs nginx | errors |",
+                  "|---|---|---|" + ("---|" if page else "") + "---|---|---|---|---|---|---|---|"]
         for name in servers:
-            if name not in per_server:
-                continue
-            m = per_server[name]
-            gbit = m.get("bytes_per_s", 0) * 8 / 1e9
-            ratio = m["rps"] / base["rps"] if base and base["rps"] else 0
-            cratio = m["rps_per_cpu_s"] / base["rps_per_cpu_s"] if base and base["rps_per_cpu_s"] else 0
-            lines.append(
-                f"| {name} | {fmt(m['rps'])} | {fmt(m['p50_ms'], 3)} | {fmt(m['p99_ms'], 3)} | {m['cpu_util']*100:.0f}% "
-                f"| {fmt(m['rps_per_cpu_s'])} | {gbit:.2f} | {gbit / m['cpu_util'] if m['cpu_util'] else 0:.2f} | {ratio:.2f}x | {cratio:.2f}x | {m['non2xx'] + m['socket_errors']} |")
-        lines += ["", "All runs (req/s): " + "; ".join(
-            f"{n} " + ", ".join(fmt(r['rps']) for r in results["all"][profile][n]) for n in servers if n in results["all"][profile]), ""]
+            for client in clients:
+                m = per_client.get(client, {}).get(name)
+                if not m:
+                    continue
+                base = per_client[client].get("nginx")
+                gbit = m.get("bytes_per_s", 0) * 8 / 1e9
+                ratio = m["rps"] / base["rps"] if base and base["rps"] else 0
+                cratio = m["rps_per_cpu_s"] / base["rps_per_cpu_s"] if base and base["rps_per_cpu_s"] else 0
+                label = "wrk" if client == "wrk" else "ramjet bench"
+                lines.append(
+                    f"| {name} | {label} | {fmt(m['rps'])} |" + (f" {fmt(m['rps'] / 3)} |" if page else "") +
+                    f" {fmt(m['p50_ms'], 3)} | {fmt(m['p99_ms'], 3)} | {m['cpu_util']*100:.0f}% "
+                    f"| {fmt(m['rps_per_cpu_s'])} | {gbit:.2f} | {ratio:.2f}x | {cratio:.2f}x | {m['non2xx'] + m['socket_errors']} |")
+        lines += [""]
+        for client in clients:
+            runs = results["runs"][profile].get(client, {})
+            lines.append(f"All runs, {client} (req/s): " + "; ".join(
+                f"{n} " + ", ".join(fmt(r['rps']) for r in runs[n]) for n in servers if runs.get(n)))
+        lines.append("")
+    if len(clients) == 2:
+        lines += ["## The two clients side by side", "",
+                  "Same servers, same connection counts, one client thread each on CPU 1. `ratio` = ramjet bench req/s ÷ wrk req/s;",
+                  "`per client CPU-s` = responses per second of the client's own CPU time (its efficiency).", "",
+                  "| profile | server | wrk req/s | ramjet bench req/s | ratio | wrk per client CPU-s | ramjet bench per client CPU-s |",
+                  "|---|---|---|---|---|---|---|"]
+        agree = []
+        for profile, per_client in results["median"].items():
+            w, r = per_client.get("wrk", {}), per_client.get("ramjet", {})
+            for name in servers:
+                if name in w and name in r:
+                    lines.append(f"| {profile} | {name} | {fmt(w[name]['rps'])} | {fmt(r[name]['rps'])} | "
+                                 f"{r[name]['rps'] / w[name]['rps'] if w[name]['rps'] else 0:.2f}x | "
+                                 f"{fmt(w[name]['rps_per_client_cpu_s'])} | {fmt(r[name]['rps_per_client_cpu_s'])} |")
+            if w and r:
+                agree.append((profile, order(w), order(r)))
+        lines += ["", "Server order (fastest first) as each client measured it:", "",
+                  "| profile | by wrk | by ramjet bench | same order |", "|---|---|---|---|"]
+        for profile, ow, orr in agree:
+            lines.append(f"| {profile} | {' > '.join(ow)} | {' > '.join(orr)} | {'yes' if ow == orr else 'no'} |")
+        lines.append("")
     if results.get("idle"):
         lines += [f"## Idle keep-alive connections ({args.idle} held)", "",
                   "| server | RSS before (KB) | RSS held (KB) | KB per connection | vs nginx |", "|---|---|---|---|---|"]
@@ -364,19 +505,65 @@ def report(results, servers, args, out):
                 mbs = c["cold_bytes"] / c["cold_seconds"] / 1e6
                 lines.append(f"| {name} | {fmt(q['rps'])} | {fmt(q['p99_ms'], 3)} | {fmt(l['rps'])} | {fmt(l['p99_ms'], 3)} | {ratio:.2f}x | {mbs:.1f} |")
         lines.append("")
+    if results.get("sweep"):
+        sw = results["sweep"]
+        lines += [f"## Open-loop sweep: {sw['profile']}, {sw['rates']} requests/s, {args.sweep_step_s} s per step", "",
+                  f"`ramjet bench --sweep {sw['rates']} -c {sw['connections']} -t1` on CPU 1 against each server on CPU 0;"
+                  " latency counts waiting behind a late answer (no coordinated omission).",
+                  f"Plot: [sweep.svg](sweep.svg). Data: " + ", ".join(f"[{n}](sweep-{n}.json)" for n in sw["series"]), "",
+                  "| offered | " + " | ".join(f"{n} achieved | {n} p50 ms | {n} p99 ms | {n} errors+unfinished" for n in sw["series"]) + " |",
+                  "|---|" + "---|---|---|---|" * len(sw["series"])]
+        steps = {n: v for n, v in sw["series"].items()}
+        for k in range(max(len(v) for v in steps.values())):
+            row = [fmt(next(iter(steps.values()))[k]["offered"])]
+            for n in sw["series"]:
+                st = steps[n][k] if k < len(steps[n]) else None
+                row += [fmt(st["achieved"]), fmt(st["p50_ms"], 3), fmt(st["p99_ms"], 3),
+                        str(st["errors"] + st["unfinished"])] if st else ["-"] * 4
+            lines.append("| " + " | ".join(row) + " |")
+        lines.append("")
     (out / "report.md").write_text("\n".join(lines) + "\n")
     strip = json.loads(json.dumps(results, default=str))
-    for prof in strip.get("all", {}).values():
-        for runs in prof.values():
-            for r in runs:
-                r.pop("raw", None)
+    for prof in strip.get("runs", {}).values():
+        for per_client in prof.values():
+            for runs in per_client.values():
+                for r in runs:
+                    r.pop("raw", None)
+    strip.pop("median", None)
     (out / "results.json").write_text(json.dumps(strip, indent=1))
     print("\n".join(lines))
 
 
+def sweep(servers, args, out):
+    """Open-loop sweeps with `ramjet bench --sweep`, one JSON per server, one SVG for all."""
+    profile = next(p for p in KEEPALIVE if p[0] == args.sweep_profile)
+    _n, paths, conns, mode = profile
+    series = {}
+    for name in servers:
+        srv = Server(name, args.ramjet)
+        try:
+            url = f"http://127.0.0.1:{PORTS[name]}{paths[0]}"
+            cmd = ["taskset", "-c", "1", args.ramjet, "bench", "-t1", "-c", str(conns), "--sweep", args.sweep,
+                   "-d", f"{args.sweep_step_s}s", "--pause", "1s", "--json", "--no-progress", "--label", name]
+            if mode == "close":
+                cmd.append("--no-keepalive")
+            subprocess.run(cmd[:3] + [args.ramjet, "bench", "-t1", "-c", str(conns), "-d", "1s", url],
+                           capture_output=True)
+            doc = subprocess.run(cmd + [url], capture_output=True, text=True, check=True).stdout
+            (out / f"sweep-{name}.json").write_text(doc)
+            series[name] = json.loads(doc)["steps"]
+            print(f"sweep {name}: " + ", ".join(f"{s['offered']:.0f}->{s['achieved']:.0f}" for s in series[name]), flush=True)
+        finally:
+            srv.stop()
+    sh([args.ramjet, "bench", "--title", f"open-loop sweep, {profile[0]}: offered vs achieved",
+        "--svg", str(out / "sweep.svg")] + sum((["--plot", f"{n}={out / f'sweep-{n}.json'}"] for n in series), []))
+    return {"profile": profile[0], "rates": args.sweep, "connections": conns, "series": series}
+
+
 def versions():
     out = []
-    for cmd in (["nginx", "-v"], ["lighttpd", "-v"], ["h2o", "--version"], ["wrk", "--version"]):
+    for cmd in (["nginx", "-v"], ["lighttpd", "-v"], ["h2o", "--version"], ["apache2", "-v"],
+                ["wrk", "--version"]):
         try:
             p = subprocess.run(cmd, capture_output=True, text=True)
             out.append((p.stdout + p.stderr).strip().splitlines()[0])
@@ -390,42 +577,53 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=8)
-    ap.add_argument("--servers", default="ramjet,nginx,lighttpd,h2o")
-    ap.add_argument("--profiles", default="all", help="comma list of profile names, or all")
+    ap.add_argument("--servers", default="ramjet,nginx,lighttpd,h2o,apache")
+    ap.add_argument("--profiles", default="all", help="comma list of profile names, all, or none")
+    ap.add_argument("--client", default="wrk", choices=["wrk", "ramjet", "both"],
+                    help="load generator: wrk, ramjet (ramjet bench) or both")
     ap.add_argument("--idle", type=int, default=10000, help="idle connections to hold (0: skip)")
     ap.add_argument("--cold", type=int, default=2, help="cold 1 GiB downloads (0: skip)")
+    ap.add_argument("--sweep", default="", help="open-loop sweep FROM:TO:STEP (requests/s); empty: skip")
+    ap.add_argument("--sweep-servers", default="ramjet,nginx")
+    ap.add_argument("--sweep-profile", default="4KB c50")
+    ap.add_argument("--sweep-step-s", type=int, default=3)
     ap.add_argument("--ramjet", default=str(ROOT / "target/release/ramjet"))
     args = ap.parse_args()
     servers = args.servers.split(",")
+    clients = ["wrk", "ramjet"] if args.client == "both" else [args.client]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     make_files()
     profiles = [p for p in KEEPALIVE if args.profiles == "all" or p[0] in args.profiles.split(",")]
-    results = {"keepalive": {}, "all": {}, "idle": {}, "cold": {}}
+    results = {"runs": {}, "median": {}, "idle": {}, "cold": {}, "sweep": None}
     for profile in profiles:
-        results["all"][profile[0]] = {n: [] for n in servers}
+        results["runs"][profile[0]] = {c: {n: [] for n in servers} for c in clients}
     # A throwaway run first: the first measurement of a script run showed a p99 outlier
     # (22-27 ms) for whichever server went first, not reproducible outside the harness.
     if profiles:
         srv = Server(servers[0], args.ramjet)
         try:
-            run_wrk(srv, profiles[0][1], profiles[0][2], profiles[0][3], 2)
+            run_load(clients[0], srv, profiles[0], 2, args.ramjet)
         finally:
             srv.stop()
     for rnd in range(args.rounds):
-        order = servers[rnd % len(servers):] + servers[:rnd % len(servers)]
-        for name in order:
+        order_ = servers[rnd % len(servers):] + servers[:rnd % len(servers)]
+        for name in order_:
             srv = Server(name, args.ramjet)
             try:
-                for (pname, path, conns, extra) in profiles:
-                    r = run_wrk(srv, path, conns, extra, args.duration)
-                    results["all"][pname][name].append(r)
-                    print(f"round {rnd} {name:9} {pname:24} {r['rps']:>12,.0f} req/s  cpu {r['cpu_util']*100:3.0f}%  "
-                          f"{r['rps_per_cpu_s']:>10,.0f} req/cpu-s", flush=True)
+                for profile in profiles:
+                    # Alternate which client goes first, so neither always meets a warmer server.
+                    for client in (clients if rnd % 2 == 0 else clients[::-1]):
+                        r = run_load(client, srv, profile, args.duration, args.ramjet)
+                        results["runs"][profile[0]][client][name].append(r)
+                        print(f"round {rnd} {name:9} {client:7} {profile[0]:28} {r['rps']:>12,.0f} req/s  cpu {r['cpu_util']*100:3.0f}%  "
+                              f"{r['rps_per_cpu_s']:>10,.0f} req/cpu-s  client {r['rps_per_client_cpu_s']:>10,.0f} req/client-cpu-s", flush=True)
             finally:
                 srv.stop()
-    for (pname, *_rest) in profiles:
-        results["keepalive"][pname] = {n: median_run(results["all"][pname][n]) for n in servers if results["all"][pname][n]}
+    for profile in profiles:
+        results["median"][profile[0]] = {
+            c: {n: median_run(runs) for n, runs in per.items() if runs}
+            for c, per in results["runs"][profile[0]].items()}
     if args.idle:
         for name in servers:
             srv = Server(name, args.ramjet)
@@ -442,12 +640,14 @@ def main():
             # nginx gets `aio threads` here: what its experts use when files are cold.
             srv = Server(name, args.ramjet, cold=True)
             try:
-                results["cold"][name] = cold_under_load(srv, cold_files, args.duration)
+                results["cold"][name] = cold_under_load(srv, cold_files, args.duration, args.ramjet)
                 c = results["cold"][name]
                 print(f"cold {name}: quiet p99 {c['quiet']['p99_ms']} ms, loaded p99 {c['loaded']['p99_ms']} ms", flush=True)
             finally:
                 srv.stop()
-    report(results, servers, args, out)
+    if args.sweep:
+        results["sweep"] = sweep(args.sweep_servers.split(","), args, out)
+    report(results, servers, clients, args, out)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ need=()
 command -v nginx >/dev/null || need+=(nginx-light)
 command -v lighttpd >/dev/null || need+=(lighttpd)
 command -v h2o >/dev/null || need+=(h2o)
+command -v apache2 >/dev/null || need+=(apache2)
 command -v wrk >/dev/null || need+=(wrk)
 command -v curl >/dev/null || need+=(curl)
 if [ ${#need[@]} -gt 0 ]; then
@@ -13,6 +14,6 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -qq "${need[@]}"
 fi
 # The packaged services are not wanted running: the bench starts its own instances.
-for s in nginx lighttpd h2o; do
+for s in nginx lighttpd h2o apache2; do
   service "$s" stop >/dev/null 2>&1 || true
 done

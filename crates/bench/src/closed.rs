@@ -8,10 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::exchange::{read_response, Failure, READ_CHUNK};
+use crate::exchange::Conn;
 use crate::progress::Counter;
 use crate::report::Report;
 use crate::spec::Spec;
@@ -89,7 +88,8 @@ async fn connection(
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
             .is_ok()
     };
-    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
+    let mut out: Vec<u8> =
+        Vec::with_capacity(requests.iter().map(Vec::len).max().unwrap_or(0) * depth);
     // A request is taken from the budget before connecting, so no connection is opened
     // that would have nothing to send.
     let mut ticket = false;
@@ -98,28 +98,32 @@ async fn connection(
             return;
         }
         ticket = true;
-        let Some(mut stream) = connect(&spec, spec.targets[next].addr, &report).await else {
+        let Some(mut conn) = connect(&spec, spec.targets[next].addr, &report).await else {
             continue;
         };
-        buf.clear();
         let mut inflight: VecDeque<Instant> = VecDeque::with_capacity(depth);
         loop {
-            let mut out = Vec::new();
-            while inflight.len() < depth && (std::mem::take(&mut ticket) || (!over() && take())) {
-                out.extend_from_slice(&requests[next]);
-                inflight.push_back(Instant::now());
-                next = (next + 1) % requests.len();
-            }
-            if inflight.is_empty() {
-                return;
-            }
-            if !out.is_empty() {
-                if let Err(f) = send(&mut stream, &out, spec.timeout).await {
-                    report.borrow_mut().fail(f, inflight.len() as u64);
-                    continue 'connect;
+            // Refill the pipeline only when no answer is already buffered: one write tops it
+            // up (as wrk's pipelining does), instead of one write per answer.
+            if inflight.is_empty() || !conn.buffered() {
+                out.clear();
+                while inflight.len() < depth && (std::mem::take(&mut ticket) || (!over() && take()))
+                {
+                    out.extend_from_slice(&requests[next]);
+                    inflight.push_back(Instant::now());
+                    next = (next + 1) % requests.len();
+                }
+                if inflight.is_empty() {
+                    return;
+                }
+                if !out.is_empty() {
+                    if let Err(f) = conn.send(&out).await {
+                        report.borrow_mut().fail(f, inflight.len() as u64);
+                        continue 'connect;
+                    }
                 }
             }
-            let outcome = read_response(&mut stream, &mut buf, spec.timeout).await;
+            let outcome = conn.response().await;
             let sent = inflight.pop_front().expect("a request is in flight");
             let mut r = report.borrow_mut();
             match outcome {
@@ -146,11 +150,11 @@ pub(crate) async fn connect(
     spec: &Spec,
     addr: std::net::SocketAddr,
     report: &RefCell<Report>,
-) -> Option<TcpStream> {
+) -> Option<Conn> {
     match tokio::time::timeout(spec.timeout, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => {
             let _ = s.set_nodelay(true);
-            Some(s)
+            Some(Conn::new(s, spec.timeout))
         }
         Ok(Err(_)) => {
             report.borrow_mut().errors.connect += 1;
@@ -161,18 +165,5 @@ pub(crate) async fn connect(
             report.borrow_mut().errors.timeout += 1;
             None
         }
-    }
-}
-
-/// Write `bytes` with a timeout.
-pub(crate) async fn send(
-    stream: &mut TcpStream,
-    bytes: &[u8],
-    timeout: Duration,
-) -> Result<(), Failure> {
-    match tokio::time::timeout(timeout, stream.write_all(bytes)).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(_)) => Err(Failure::Reset),
-        Err(_) => Err(Failure::Timeout),
     }
 }

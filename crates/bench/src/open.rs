@@ -13,11 +13,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpStream;
 use tokio::time::timeout_at;
 
-use crate::closed::{connect, send};
-use crate::exchange::{read_response, READ_CHUNK};
+use crate::closed::connect;
+use crate::exchange::Conn;
 use crate::progress::Counter;
 use crate::report::Report;
 use crate::spec::Spec;
@@ -110,8 +109,7 @@ async fn persistent(
     done: Counter,
 ) {
     let requests: Vec<Vec<u8>> = spec.targets.iter().map(|t| spec.request(t)).collect();
-    let mut stream: Option<TcpStream> = None;
-    let mut buf = Vec::with_capacity(READ_CHUNK);
+    let mut stream: Option<Conn> = None;
     let mut i = c;
     // When the previous exchange would have ended had the client sent every request exactly
     // when due (the real sends are late by up to the timer's 1 ms resolution).
@@ -122,15 +120,14 @@ async fn persistent(
         i += n;
         let exchange = async {
             if stream.is_none() {
-                buf.clear();
                 stream = connect(&spec, spec.targets[target].addr, &report).await;
             }
             let Some(s) = stream.as_mut() else {
                 return;
             };
             let sent = Instant::now();
-            let outcome = match send(s, &requests[target], spec.timeout).await {
-                Ok(()) => read_response(s, &mut buf, spec.timeout).await,
+            let outcome = match s.send(&requests[target]).await {
+                Ok(()) => s.response().await,
                 Err(f) => Err(f),
             };
             let mut r = report.borrow_mut();
@@ -196,9 +193,8 @@ async fn arrivals(
                 let Some(mut s) = connect(&spec, spec.targets[target].addr, &report).await else {
                     return;
                 };
-                let mut buf = Vec::with_capacity(4096);
-                let outcome = match send(&mut s, &requests[target], spec.timeout).await {
-                    Ok(()) => read_response(&mut s, &mut buf, spec.timeout).await,
+                let outcome = match s.send(&requests[target]).await {
+                    Ok(()) => s.response().await,
                     Err(f) => Err(f),
                 };
                 let mut r = report.borrow_mut();
