@@ -51,6 +51,10 @@ pub struct SlowSpec {
     pub timeout: Duration,
     /// SO_RCVBUF asked for on each connection (the kernel doubles it).
     pub recv_buffer: u32,
+    /// How often each connection reads (its token bucket's refill period); longer means
+    /// fewer wake-ups for very many connections, and needs a receive buffer that holds
+    /// `bytes_per_sec` x this.
+    pub read_every: Duration,
 }
 
 /// What a slow-download run measured; merges across threads and processes.
@@ -130,18 +134,22 @@ impl SlowReport {
         }
     }
 
-    /// Count a connection still downloading at the end, `got` bytes in `since` from its first
-    /// body byte.
-    fn held(&mut self, spec: &SlowSpec, got: u64, since: Option<Duration>) {
+    /// Count a connection still downloading at the end: `got` bytes between its first body
+    /// byte and its last read, `times` = (first to last read, last read to the end).
+    fn held(&mut self, spec: &SlowSpec, got: u64, times: Option<(Duration, Duration)>) {
         self.alive_at_end += 1;
-        let Some(since) = since else {
+        let Some((active, idle)) = times else {
             self.rate_percent[0] += 1;
             return;
         };
-        // The client reads once per `read_interval`: the last, unfinished interval is not
-        // held against the connection.
+        // The client reads once per `read_interval`, so the rate is measured up to the last
+        // read, unless the connection then stalled for longer than two intervals.
         let interval = read_interval(spec);
-        let secs = (since.as_secs_f64() - interval).max(interval);
+        let secs = if idle.as_secs_f64() > 2.0 * interval {
+            (active + idle).as_secs_f64()
+        } else {
+            active.as_secs_f64().max(interval)
+        };
         let rate = got as f64 / secs / spec.bytes_per_sec.max(1) as f64;
         if rate >= KEPT {
             self.kept_rate += 1;
@@ -297,17 +305,25 @@ async fn download(
         };
         let mut got = 0u64;
         let mut first: Option<Instant> = None;
+        let mut last = Instant::now();
         let result = tokio::time::timeout_at(
             deadline,
-            transfer(&spec, stream, &scratch, &mut got, &mut first, &mut || {
-                if !counted {
-                    counted = true;
-                    established.add(1);
-                    let mut r = report.borrow_mut();
-                    r.established += 1;
-                    r.ramp_seconds = r.ramp_seconds.max(start.elapsed().as_secs_f64());
-                }
-            }),
+            transfer(
+                &spec,
+                stream,
+                &scratch,
+                &mut got,
+                (&mut first, &mut last),
+                &mut || {
+                    if !counted {
+                        counted = true;
+                        established.add(1);
+                        let mut r = report.borrow_mut();
+                        r.established += 1;
+                        r.ramp_seconds = r.ramp_seconds.max(start.elapsed().as_secs_f64());
+                    }
+                },
+            ),
         )
         .await;
         let held = {
@@ -316,7 +332,7 @@ async fn download(
             match result {
                 // Still downloading at the end: this connection held.
                 Err(_) => {
-                    r.held(&spec, got, first.map(|f| end - f));
+                    r.held(&spec, got, first.map(|f| (last - f, end - last)));
                     true
                 }
                 Ok(stop) => {
@@ -348,6 +364,10 @@ async fn open(spec: &SlowSpec, source: Option<IpAddr>) -> std::io::Result<TcpStr
     };
     socket.set_recv_buffer_size(spec.recv_buffer)?;
     if let Some(ip) = source {
+        if ip.is_ipv4() {
+            use std::os::fd::AsFd;
+            ramjet_runtime::sys::bind_address_no_port(socket.as_fd())?;
+        }
         socket.bind(SocketAddr::new(ip, 0))?;
     }
     socket.connect(addr).await
@@ -355,13 +375,13 @@ async fn open(spec: &SlowSpec, source: Option<IpAddr>) -> std::io::Result<TcpStr
 
 /// Request the file again and again, reading at the spec's rate; returns why it stopped
 /// (the caller's deadline ends it otherwise). `got` counts body bytes, `first` is the first
-/// body byte's time; `on_head` runs at every response head.
+/// body byte's time and `last` the last read's; `on_head` runs at every response head.
 async fn transfer(
     spec: &SlowSpec,
     mut stream: TcpStream,
     scratch: &RefCell<Vec<u8>>,
     got: &mut u64,
-    first: &mut Option<Instant>,
+    (first, last): (&mut Option<Instant>, &mut Instant),
     on_head: &mut impl FnMut(),
 ) -> Stop {
     let request = format!(
@@ -404,6 +424,7 @@ async fn transfer(
         };
         on_head();
         let t0 = *first.get_or_insert_with(Instant::now);
+        *last = Instant::now();
         let extra = (head.len() - body_start) as u64;
         if extra > remaining {
             return Stop::Invalid;
@@ -425,17 +446,18 @@ async fn transfer(
                 Ok(n) => {
                     remaining -= n as u64;
                     *got += n as u64;
+                    *last = Instant::now();
                 }
             }
         }
     }
 }
 
-/// Seconds between a connection's reads: about two wake-ups per second, never under 512
-/// bytes at a time.
+/// Seconds between a connection's reads: the spec's period, but never under 512 bytes at
+/// a time.
 fn read_interval(spec: &SlowSpec) -> f64 {
     let rate = spec.bytes_per_sec.max(1) as f64;
-    (rate / 2.0).max(512.0) / rate
+    (rate * spec.read_every.as_secs_f64()).max(512.0) / rate
 }
 
 /// Read at most `max` bytes into the shared scratch buffer and hand them to `take`.

@@ -33,6 +33,7 @@ fn spec(addr: SocketAddr, connections: usize) -> SlowSpec {
         connect_concurrency: 8,
         timeout: Duration::from_secs(5),
         recv_buffer: 4096,
+        read_every: Duration::from_millis(500),
     }
 }
 

@@ -45,6 +45,10 @@ pub struct RawLimits {
     pub max_head: Option<Size>,
     pub max_body: Option<Size>,
     pub max_connections: Option<usize>,
+    /// SO_SNDBUF for client connections (set on the listeners, inherited by accepted
+    /// sockets); unset leaves the kernel's autotuning. Small values bound the kernel memory
+    /// of many slow downloads.
+    pub send_buffer: Option<Size>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -171,7 +171,18 @@ impl Resolver<'_> {
             },
             max_body: l.max_body.map_or(DEFAULT_MAX_BODY, |s| s.0),
             max_connections: l.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+            send_buffer: l.send_buffer.map(|s| s.0 as usize),
         };
+        if limits
+            .send_buffer
+            .is_some_and(|b| !(4096..=1 << 30).contains(&b))
+        {
+            return Err(self.err(
+                None,
+                "limits.send_buffer",
+                "must be between 4 KiB and 1 GiB".into(),
+            ));
+        }
         if limits.http1.max_head < 1024 {
             return Err(self.err(None, "limits.max_head", "must be at least 1k".into()));
         }

@@ -34,6 +34,8 @@ pub struct Limits {
     pub max_body: u64,
     /// Open client connections per worker; past it new connections are closed at once.
     pub max_connections: usize,
+    /// SO_SNDBUF for client connections; `None`: kernel autotuning.
+    pub send_buffer: Option<usize>,
 }
 
 /// Connection timeouts.

@@ -97,6 +97,10 @@ pub struct BenchArgs {
     /// SO_RCVBUF per connection for --slow (the kernel doubles it).
     #[arg(long, default_value_t = 4096)]
     recv_buffer: u32,
+    /// How often each --slow connection reads (fewer wake-ups for very many connections;
+    /// the receive buffer must hold rate x this).
+    #[arg(long, default_value = "500ms", value_parser = ramjet_bench::parse_duration)]
+    read_every: Duration,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -300,6 +304,7 @@ fn slow(args: &BenchArgs, targets: Vec<Target>) -> anyhow::Result<()> {
             connect_concurrency: args.connect_concurrency.max(1),
             timeout: args.timeout,
             recv_buffer: args.recv_buffer,
+            read_every: args.read_every,
         };
         let progress = Progress::start(
             !args.no_progress && !args.json,

@@ -132,7 +132,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .build()?;
     let mut signals = signal_rt.block_on(async { Signals::install() })?;
 
-    let listeners = ramjet_runtime::bind(&resolved.listen, resolved.workers)?;
+    let listeners = ramjet_runtime::bind(
+        &resolved.listen,
+        resolved.workers,
+        resolved.limits.send_buffer,
+    )?;
     let access_log = AccessLog::open(&resolved.access_log).context("opening the access log")?;
     let workers = resolved.workers;
     let pin = resolved.pin_workers;

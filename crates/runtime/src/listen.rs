@@ -21,11 +21,16 @@ pub struct Listeners {
 /// Bind every address once per worker. A port of 0 is resolved by the first bind and the
 /// same port is then used by the other workers. An IPv6 wildcard that cannot be bound
 /// because the host has no IPv6 is skipped with a warning.
-pub fn bind(addrs: &[SocketAddr], workers: usize) -> io::Result<Listeners> {
+/// `send_buffer` sets SO_SNDBUF on the listeners, which accepted sockets inherit.
+pub fn bind(
+    addrs: &[SocketAddr],
+    workers: usize,
+    send_buffer: Option<usize>,
+) -> io::Result<Listeners> {
     let mut per_worker: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
     let mut bound = Vec::new();
     for &want in addrs {
-        let first = match open(want) {
+        let first = match open(want, send_buffer) {
             Ok(s) => s,
             Err(e) if want.is_ipv6() && want.ip().is_unspecified() && is_no_ipv6(&e) => {
                 tracing::warn!("skipping {want}: IPv6 is not available on this host ({e})");
@@ -37,7 +42,7 @@ pub fn bind(addrs: &[SocketAddr], workers: usize) -> io::Result<Listeners> {
         bound.push(actual);
         per_worker[0].push(first);
         for list in per_worker.iter_mut().skip(1) {
-            list.push(open(actual).map_err(|e| explain(actual, e))?);
+            list.push(open(actual, send_buffer).map_err(|e| explain(actual, e))?);
         }
     }
     if bound.is_empty() {
@@ -49,7 +54,7 @@ pub fn bind(addrs: &[SocketAddr], workers: usize) -> io::Result<Listeners> {
     })
 }
 
-fn open(addr: SocketAddr) -> io::Result<TcpListener> {
+fn open(addr: SocketAddr, send_buffer: Option<usize>) -> io::Result<TcpListener> {
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     if addr.is_ipv6() {
         // Separate v4 and v6 sockets, so "[::]:8080" never collides with "0.0.0.0:8080".
@@ -58,6 +63,9 @@ fn open(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
     socket.set_tcp_nodelay(true)?;
+    if let Some(size) = send_buffer {
+        socket.set_send_buffer_size(size)?;
+    }
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     socket.listen(BACKLOG)?;

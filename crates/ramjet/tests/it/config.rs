@@ -23,14 +23,38 @@ fn check_config_reports_file_line_and_key() {
 
     let good = dir.path().join("good.toml");
     std::fs::create_dir(dir.path().join("www")).unwrap();
-    std::fs::write(&good, "[[location]]\nroot = \"www\"\n").unwrap();
+    std::fs::write(
+        &good,
+        "[limits]\nsend_buffer = \"8k\"\n[[location]]\nroot = \"www\"\n",
+    )
+    .unwrap();
     let out = Command::new(crate::BIN)
         .arg("check-config")
         .arg(&good)
         .output()
         .unwrap();
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("good.toml: ok"));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("good.toml: ok"));
+    assert!(
+        text.contains("send_buffer: Some(\n            8192,"),
+        "{text}"
+    );
+
+    // A send buffer too small to be useful is refused, by key.
+    std::fs::write(
+        &bad,
+        "[limits]\nsend_buffer = \"1k\"\n[[location]]\nroot = \"www\"\n",
+    )
+    .unwrap();
+    let out = Command::new(crate::BIN)
+        .arg("check-config")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("limits.send_buffer"), "{err}");
 }
 
 #[test]

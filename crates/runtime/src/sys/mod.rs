@@ -8,6 +8,7 @@ mod file;
 mod process;
 mod residency;
 mod send;
+mod socket;
 
 pub use file::{
     blocking_read_dir, is_symlink_loop, open_beneath, stat_beneath, FileStat, OpenPolicy,
@@ -15,3 +16,4 @@ pub use file::{
 pub use process::{pin_to_cpu, raise_nofile_limit};
 pub use residency::{blocking_warm, is_resident};
 pub use send::{sendfile, writev_more};
+pub use socket::bind_address_no_port;

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The mirror scenario: hold N concurrent slow downloads from ramjet on this machine.
+#
+# Starts SERVERS `ramjet serve` processes sharing one port (SO_REUSEPORT; each process may
+# hold at most the per-process open-file limit, 20,000 here), all on CPU 0, and runs
+# `ramjet bench --slow` on CPU 1, which spreads the connections over enough processes and
+# 127.0.0.x source addresses. Writes OUT/report.md with what held and what limited it.
+#
+#   bench/slow-downloads.sh [CONNECTIONS=100000] [RATE=8kbit] [DURATION=60s] [OUT=bench/results/DATE-slow]
+# Environment: SEND_BUFFER (server SO_SNDBUF, default 4k), RECV_BUFFER (client SO_RCVBUF,
+# default 4096), READ_EVERY (client read period, default 2s), SERVERS (server processes).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-100000}
+RATE=${2:-8kbit}
+DURATION=${3:-60s}
+OUT=${4:-bench/results/$(date +%F)-slow}
+PORT=18090
+# SO_SNDBUF per client connection on the server: bounds the kernel memory each slow
+# download pins (the kernel's autotuning lets each grow towards tcp_wmem's 4 MiB).
+SEND_BUFFER=${SEND_BUFFER:-4k}
+RECV_BUFFER=${RECV_BUFFER:-4096}
+READ_EVERY=${READ_EVERY:-2s}
+BIN=target/release/ramjet
+WORK=$(mktemp -d /tmp/ramjet-slow.XXXXXX)
+HARD=$(ulimit -Hn)
+# Servers: enough processes that none needs more than ~70% of its open-file limit, as the
+# kernel's SO_REUSEPORT hash spreads connections only roughly evenly.
+SERVERS=${SERVERS:-$(( (N * 10 / 7 + HARD - 1) / HARD ))}
+[ "$SERVERS" -ge 1 ] || SERVERS=1
+mkdir -p "$OUT" "$WORK/www"
+cargo build --release --quiet
+head -c $((16 << 20)) /dev/urandom > "$WORK/www/file.bin"
+cat > "$WORK/ramjet.toml" <<TOML
+listen = ["127.0.0.1:$PORT"]
+workers = 1
+[limits]
+send_buffer = "$SEND_BUFFER"
+[log]
+access = "off"
+[[location]]
+root = "$WORK/www"
+TOML
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+for i in $(seq 1 "$SERVERS"); do
+  taskset -c 0 "$BIN" serve --config "$WORK/ramjet.toml" 2>"$WORK/server-$i.log" &
+  pids+=($!)
+done
+for _ in $(seq 1 100); do
+  curl -s -o /dev/null "http://127.0.0.1:$PORT/file.bin" --max-time 1 -r 0-0 && break
+  sleep 0.1
+done
+
+# Sample the kernel's TCP memory and the servers' memory and connections while it runs.
+(
+  peak_mem=0; peak_inuse=0; peak_rss=0
+  while sleep 2; do
+    read -r inuse mem < <(awk '/^TCP:/ {print $3, $11}' /proc/net/sockstat)
+    rss=0
+    for p in "${pids[@]}"; do
+      r=$(awk '/VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0); rss=$((rss + r))
+    done
+    [ "$inuse" -gt "$peak_inuse" ] && peak_inuse=$inuse
+    [ "$mem" -gt "$peak_mem" ] && peak_mem=$mem
+    [ "$rss" -gt "$peak_rss" ] && peak_rss=$rss
+    echo "$peak_inuse $peak_mem $peak_rss" > "$WORK/peak"
+  done
+) &
+sampler=$!
+
+CMD=("$BIN" bench --slow -c "$N" -d "$DURATION" --throttle "$RATE" --recv-buffer "$RECV_BUFFER" --read-every "$READ_EVERY" --cpus 1 --no-progress "http://127.0.0.1:$PORT/file.bin")
+start=$(date +%s)
+"${CMD[@]}" | tee "$WORK/bench.txt"
+kill "$sampler" 2>/dev/null || true
+read -r peak_inuse peak_mem peak_rss < "$WORK/peak" || true
+{
+  echo "# Slow downloads: $N connections at $RATE each for $DURATION"
+  echo
+  echo "Run $(date -u '+%F %H:%M UTC') on $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r)."
+  echo "Command: \`bench/slow-downloads.sh $N $RATE $DURATION\`, which ran \`${CMD[*]}\`"
+  echo "against $SERVERS \`ramjet serve\` processes (1 worker each, one SO_REUSEPORT port, all on CPU 0) serving a 16 MiB file, \`[limits] send_buffer = \"$SEND_BUFFER\"\`; client SO_RCVBUF $RECV_BUFFER, one read per connection every $READ_EVERY."
+  echo
+  echo '```'
+  cat "$WORK/bench.txt"
+  echo '```'
+  echo
+  echo "| limit or measure | value |"
+  echo "|---|---|"
+  echo "| open files per process (hard) | $HARD |"
+  echo "| ephemeral ports per source address | $(awk '{print $2 - $1 + 1}' /proc/sys/net/ipv4/ip_local_port_range) |"
+  echo "| net.ipv4.tcp_mem (pages: low, pressure, high) | $(tr '\t' ' ' < /proc/sys/net/ipv4/tcp_mem) |"
+  echo "| peak TCP sockets in use (both ends) | ${peak_inuse:-?} |"
+  echo "| peak TCP memory (pages of 4 KiB) | ${peak_mem:-?} |"
+  echo "| peak RSS of all ramjet servers (KiB) | ${peak_rss:-?} |"
+  echo "| server processes | $SERVERS |"
+  echo "| elapsed (s) | $(( $(date +%s) - start )) |"
+} > "$OUT/report.md"
+cat "$OUT/report.md"
