@@ -30,5 +30,7 @@ pub use plot::sweep_svg;
 pub use progress::{Counter, Progress};
 pub use report::{Errors, Report};
 pub use slow::{run_slow, SlowReport, SlowSpec, KEPT};
-pub use spec::{parse_duration, parse_url_list, Spec, Target};
+pub use spec::{
+    parse_duration, parse_rate, parse_sources, parse_url_list, url_list_lines, Spec, Target,
+};
 pub use sweep::{csv, csv_line, parse_sweep, sweep, Step, Sweep, CSV_HEADER};

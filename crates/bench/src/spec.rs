@@ -1,6 +1,6 @@
 //! What a load run sends.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 /// One URL to request: where to connect and what to put in the request line and Host.
@@ -119,21 +119,8 @@ impl Spec {
 /// with every URL appearing `weight` times, spread out (smooth weighted round robin).
 pub fn parse_url_list(text: &str) -> Result<Vec<Target>, String> {
     let mut entries = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.is_empty() {
-            continue;
-        }
-        let mut words = line.split_whitespace();
-        let url = words.next().unwrap_or_default();
-        let weight: u32 =
-            match words.next() {
-                None => 1,
-                Some(w) => w.parse().ok().filter(|&w| w > 0).ok_or_else(|| {
-                    format!("line {}: weight `{w}` is not a positive integer", n + 1)
-                })?,
-            };
-        let target = Target::parse(url).map_err(|e| format!("line {}: {e}", n + 1))?;
+    for (line, url, weight) in url_list_lines(text)? {
+        let target = Target::parse(url).map_err(|e| format!("line {line}: {e}"))?;
         entries.push((target, weight as i64));
     }
     if entries.is_empty() {
@@ -155,6 +142,43 @@ pub fn parse_url_list(text: &str) -> Result<Vec<Target>, String> {
     Ok(order)
 }
 
+/// The lines of a URL list as (line number, URL, weight), before any URL is resolved.
+pub fn url_list_lines(text: &str) -> Result<Vec<(usize, &str, u32)>, String> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let mut words = line.split_whitespace();
+        let url = words.next().unwrap_or_default();
+        let weight: u32 = match words.next() {
+            None => 1,
+            Some(w) => w
+                .parse()
+                .ok()
+                .filter(|&w| w > 0 && w <= MAX_WEIGHT)
+                .ok_or_else(|| {
+                    format!(
+                        "line {}: weight `{w}` is not an integer from 1 to {MAX_WEIGHT}",
+                        n + 1
+                    )
+                })?,
+        };
+        if let Some(extra) = words.next() {
+            return Err(format!(
+                "line {}: unexpected `{extra}` after the weight",
+                n + 1
+            ));
+        }
+        out.push((n + 1, url, weight));
+    }
+    Ok(out)
+}
+
+/// Largest weight in a URL list (the rotation holds every URL `weight` times).
+const MAX_WEIGHT: u32 = 1000;
+
 /// "10s", "500ms", "2m" or plain seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -162,12 +186,66 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let n: u64 = s[..split]
         .parse()
         .map_err(|_| format!("`{s}` is not a duration"))?;
+    let bad = || format!("`{s}` is not a duration (use e.g. 10s, 500ms, 2m)");
     match &s[split..] {
         "" | "s" => Ok(Duration::from_secs(n)),
         "ms" => Ok(Duration::from_millis(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        _ => Err(format!("`{s}` is not a duration (use e.g. 10s, 500ms, 2m)")),
+        "m" => n.checked_mul(60).map(Duration::from_secs).ok_or_else(bad),
+        _ => Err(bad()),
     }
+}
+
+/// "16kbit", "2KB", "1Mbit", "500" (bytes) — per second; returns bytes per second.
+pub fn parse_rate(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let n: f64 = t[..split]
+        .parse()
+        .map_err(|_| format!("rate `{s}`: expected e.g. 16kbit, 2KB, 1Mbit"))?;
+    let unit = t[split..].trim_end_matches("/s");
+    let bytes = match unit {
+        "" | "B" => n,
+        "KB" | "kB" | "K" | "k" => n * 1000.0,
+        "MB" | "M" => n * 1e6,
+        "kbit" | "Kbit" => n * 1000.0 / 8.0,
+        "Mbit" => n * 1e6 / 8.0,
+        "Gbit" => n * 1e9 / 8.0,
+        _ => return Err(format!("rate `{s}`: unknown unit `{unit}`")),
+    };
+    if bytes < 1.0 {
+        return Err(format!("rate `{s}` is below 1 byte per second"));
+    }
+    Ok(bytes as u64)
+}
+
+/// `a,b,c` or `first-last` (IPv4, last octet counting up).
+pub fn parse_sources(s: &str) -> Result<Vec<IpAddr>, String> {
+    if let Some((a, b)) = s.split_once('-') {
+        let (a, b): (std::net::Ipv4Addr, std::net::Ipv4Addr) = (
+            a.trim()
+                .parse()
+                .map_err(|_| format!("source `{a}` is not an IPv4 address"))?,
+            b.trim()
+                .parse()
+                .map_err(|_| format!("source `{b}` is not an IPv4 address"))?,
+        );
+        let (lo, hi) = (u32::from(a), u32::from(b));
+        if hi < lo || hi - lo > 65_535 {
+            return Err(format!("source range `{s}` is empty or too large"));
+        }
+        return Ok((lo..=hi)
+            .map(|n| IpAddr::from(std::net::Ipv4Addr::from(n)))
+            .collect());
+    }
+    s.split(',')
+        .map(|a| {
+            a.trim()
+                .parse()
+                .map_err(|_| format!("source `{a}` is not an IP address"))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -200,6 +278,28 @@ mod tests {
             .unwrap_err()
             .contains("line 1"));
         assert!(parse_url_list("\n#x\n").is_err());
+    }
+
+    #[test]
+    fn rates() {
+        assert_eq!(parse_rate("16kbit"), Ok(2000));
+        assert_eq!(parse_rate("2KB"), Ok(2000));
+        assert_eq!(parse_rate("1Mbit/s"), Ok(125_000));
+        assert_eq!(parse_rate("300"), Ok(300));
+        assert!(parse_rate("fast").is_err());
+        assert!(parse_rate("3 parsecs").is_err());
+        assert!(parse_rate("0.1").is_err());
+    }
+
+    #[test]
+    fn sources() {
+        assert_eq!(parse_sources("127.0.0.1-127.0.0.3").unwrap().len(), 3);
+        assert_eq!(
+            parse_sources("127.0.0.2,::1").unwrap()[1],
+            "::1".parse::<IpAddr>().unwrap()
+        );
+        assert!(parse_sources("127.0.0.9-127.0.0.1").is_err());
+        assert!(parse_sources("host").is_err());
     }
 
     #[test]

@@ -49,6 +49,9 @@ pub struct Sweep {
     pub steps: Vec<Step>,
 }
 
+/// Most steps one sweep may have.
+const MAX_STEPS: usize = 10_000;
+
 /// Rates `from`, `from + step`, ... up to and including `to`.
 pub fn rates(from: f64, to: f64, step: f64) -> Result<Vec<f64>, String> {
     if !(from > 0.0 && to >= from && step > 0.0) {
@@ -56,8 +59,13 @@ pub fn rates(from: f64, to: f64, step: f64) -> Result<Vec<f64>, String> {
             "sweep {from}:{to}:{step}: need 0 < FROM <= TO and STEP > 0"
         ));
     }
-    let n = ((to - from) / step + 1e-9).floor() as usize;
-    Ok((0..=n).map(|k| from + k as f64 * step).collect())
+    let n = ((to - from) / step + 1e-9).floor();
+    if !n.is_finite() || n >= MAX_STEPS as f64 {
+        return Err(format!(
+            "sweep {from}:{to}:{step}: more than {MAX_STEPS} steps"
+        ));
+    }
+    Ok((0..=n as usize).map(|k| from + k as f64 * step).collect())
 }
 
 /// Parse `FROM:TO:STEP`.
@@ -138,6 +146,8 @@ mod tests {
         assert!(parse_sweep("5:1:1").is_err());
         assert!(parse_sweep("1:5").is_err());
         assert!(parse_sweep("a:b:c").is_err());
+        assert!(parse_sweep("1:1e18:1e-9").is_err());
+        assert!(parse_sweep("1:inf:1").is_err());
     }
 
     #[test]

@@ -57,7 +57,9 @@ fn without_keep_alive_every_arrival_is_a_new_connection_at_the_rate() {
     });
     let mut s = spec(addr, 500.0, 2);
     s.keep_alive = false;
-    s.connections = 100;
+    // A cap no arrival can reach, so a busy CI machine slowing the test server shows up
+    // as latency, not as overflow errors.
+    s.connections = 1000;
     let r = run(&s);
     assert_eq!(r.errors.total(), 0, "{:?}", r.errors);
     assert!(within(r.responses as f64, 1000.0, 0.05), "{}", r.responses);

@@ -253,11 +253,11 @@ fn plot(args: &BenchArgs) -> anyhow::Result<()> {
 fn slow(args: &BenchArgs, targets: Vec<Target>) -> anyhow::Result<()> {
     let [target] = <[Target; 1]>::try_from(targets)
         .map_err(|_| anyhow!("--slow takes exactly one URL (a large file)"))?;
-    let rate = parse_rate(&args.throttle).map_err(anyhow::Error::msg)?;
+    let rate = ramjet_bench::parse_rate(&args.throttle).map_err(anyhow::Error::msg)?;
     let duration = args.duration.unwrap_or(Duration::from_secs(60));
     let connections = args.connections.max(1);
     let sources = match &args.sources {
-        Some(s) => parse_sources(s).map_err(anyhow::Error::msg)?,
+        Some(s) => ramjet_bench::parse_sources(s).map_err(anyhow::Error::msg)?,
         None if target.addr.ip().is_loopback() && target.addr.is_ipv4() => {
             let n = connections.div_ceil(PER_SOURCE).min(250);
             (1..=n as u8)
@@ -372,83 +372,4 @@ fn slow(args: &BenchArgs, targets: Vec<Target>) -> anyhow::Result<()> {
         print!("{}", report.text());
     }
     Ok(())
-}
-
-/// "16kbit", "2KB", "1Mbit", "500" (bytes) — per second; returns bytes per second.
-fn parse_rate(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let n: f64 = t[..split]
-        .parse()
-        .map_err(|_| format!("rate `{s}`: expected e.g. 16kbit, 2KB, 1Mbit"))?;
-    let unit = t[split..].trim_end_matches("/s");
-    let bytes = match unit {
-        "" | "B" => n,
-        "KB" | "kB" | "K" | "k" => n * 1000.0,
-        "MB" | "M" => n * 1e6,
-        "kbit" | "Kbit" => n * 1000.0 / 8.0,
-        "Mbit" => n * 1e6 / 8.0,
-        "Gbit" => n * 1e9 / 8.0,
-        _ => return Err(format!("rate `{s}`: unknown unit `{unit}`")),
-    };
-    if bytes < 1.0 {
-        return Err(format!("rate `{s}` is below 1 byte per second"));
-    }
-    Ok(bytes as u64)
-}
-
-/// `a,b,c` or `first-last` (IPv4, last octet counting up).
-fn parse_sources(s: &str) -> Result<Vec<IpAddr>, String> {
-    if let Some((a, b)) = s.split_once('-') {
-        let (a, b): (std::net::Ipv4Addr, std::net::Ipv4Addr) = (
-            a.trim()
-                .parse()
-                .map_err(|_| format!("source `{a}` is not an IPv4 address"))?,
-            b.trim()
-                .parse()
-                .map_err(|_| format!("source `{b}` is not an IPv4 address"))?,
-        );
-        let (lo, hi) = (u32::from(a), u32::from(b));
-        if hi < lo || hi - lo > 65_535 {
-            return Err(format!("source range `{s}` is empty or too large"));
-        }
-        return Ok((lo..=hi)
-            .map(|n| IpAddr::from(std::net::Ipv4Addr::from(n)))
-            .collect());
-    }
-    s.split(',')
-        .map(|a| {
-            a.trim()
-                .parse()
-                .map_err(|_| format!("source `{a}` is not an IP address"))
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rates() {
-        assert_eq!(parse_rate("16kbit"), Ok(2000));
-        assert_eq!(parse_rate("2KB"), Ok(2000));
-        assert_eq!(parse_rate("1Mbit/s"), Ok(125_000));
-        assert_eq!(parse_rate("300"), Ok(300));
-        assert!(parse_rate("fast").is_err());
-        assert!(parse_rate("3 parsecs").is_err());
-    }
-
-    #[test]
-    fn sources() {
-        assert_eq!(parse_sources("127.0.0.1-127.0.0.3").unwrap().len(), 3);
-        assert_eq!(
-            parse_sources("127.0.0.2,::1").unwrap()[1],
-            "::1".parse::<IpAddr>().unwrap()
-        );
-        assert!(parse_sources("127.0.0.9-127.0.0.1").is_err());
-        assert!(parse_sources("host").is_err());
-    }
 }
