@@ -88,6 +88,12 @@ impl Conn {
         result
     }
 
+    /// Send one request and read its response.
+    pub(crate) async fn exchange(&mut self, request: &[u8]) -> Result<Answer, Failure> {
+        self.send(request).await?;
+        self.response().await
+    }
+
     /// Read more bytes into the buffer; 0 at end of stream.
     async fn fill(&mut self) -> Result<usize, Failure> {
         if self.at == self.buf.len() {

@@ -126,10 +126,7 @@ async fn persistent(
                 return;
             };
             let sent = Instant::now();
-            let outcome = match s.send(&requests[target]).await {
-                Ok(()) => s.response().await,
-                Err(f) => Err(f),
-            };
+            let outcome = s.exchange(&requests[target]).await;
             let mut r = report.borrow_mut();
             match outcome {
                 Ok(answer) => {
@@ -193,10 +190,7 @@ async fn arrivals(
                 let Some(mut s) = connect(&spec, spec.targets[target].addr, &report).await else {
                     return;
                 };
-                let outcome = match s.send(&requests[target]).await {
-                    Ok(()) => s.response().await,
-                    Err(f) => Err(f),
-                };
+                let outcome = s.exchange(&requests[target]).await;
                 let mut r = report.borrow_mut();
                 match outcome {
                     Ok(answer) => {

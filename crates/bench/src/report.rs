@@ -3,11 +3,12 @@
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
 
 use crate::exchange::{Answer, Failure};
 
 /// Errors by kind. Each failed exchange is counted once, under the first thing that went wrong.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Errors {
     /// The TCP connection could not be made.
     pub connect: u64,
@@ -37,7 +38,7 @@ impl Errors {
             + self.overflow
     }
 
-    fn add(&mut self, o: &Errors) {
+    pub(crate) fn add(&mut self, o: &Errors) {
         self.connect += o.connect;
         self.timeout += o.timeout;
         self.reset += o.reset;

@@ -74,40 +74,9 @@ pub struct SlowReport {
     /// Seconds from the start until the last connection was established.
     pub ramp_seconds: f64,
     pub target_bytes_per_sec: u64,
-    pub errors: ErrorCounts,
+    pub errors: Errors,
     /// Connections by achieved rate in percent of the target (index 200: 200% or more).
     pub rate_percent: Vec<u64>,
-}
-
-/// [`Errors`] in a serialisable shape.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ErrorCounts {
-    pub connect: u64,
-    pub timeout: u64,
-    pub reset: u64,
-    pub status: u64,
-    pub short_body: u64,
-    pub invalid: u64,
-}
-
-impl ErrorCounts {
-    pub fn total(&self) -> u64 {
-        Errors::from(*self).total()
-    }
-}
-
-impl From<ErrorCounts> for Errors {
-    fn from(e: ErrorCounts) -> Errors {
-        Errors {
-            connect: e.connect,
-            timeout: e.timeout,
-            reset: e.reset,
-            status: e.status,
-            short_body: e.short_body,
-            invalid: e.invalid,
-            overflow: 0,
-        }
-    }
 }
 
 impl SlowReport {
@@ -121,13 +90,7 @@ impl SlowReport {
         self.seconds = self.seconds.max(o.seconds);
         self.ramp_seconds = self.ramp_seconds.max(o.ramp_seconds);
         self.target_bytes_per_sec = self.target_bytes_per_sec.max(o.target_bytes_per_sec);
-        let e = &mut self.errors;
-        e.connect += o.errors.connect;
-        e.timeout += o.errors.timeout;
-        e.reset += o.errors.reset;
-        e.status += o.errors.status;
-        e.short_body += o.errors.short_body;
-        e.invalid += o.errors.invalid;
+        self.errors.add(&o.errors);
         self.rate_percent.resize(BUCKETS, 0);
         for (a, b) in self.rate_percent.iter_mut().zip(&o.rate_percent) {
             *a += b;

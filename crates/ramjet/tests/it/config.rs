@@ -2,6 +2,15 @@
 
 use std::process::Command;
 
+/// `ramjet check-config FILE`.
+fn check_config(file: &std::path::Path) -> std::process::Output {
+    Command::new(crate::BIN)
+        .arg("check-config")
+        .arg(file)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn check_config_reports_file_line_and_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -11,11 +20,7 @@ fn check_config_reports_file_line_and_key() {
         "listen = [\"127.0.0.1:0\"]\n\n[timeouts]\nheader = \"soon\"\n",
     )
     .unwrap();
-    let out = Command::new(crate::BIN)
-        .arg("check-config")
-        .arg(&bad)
-        .output()
-        .unwrap();
+    let out = check_config(&bad);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("{}:4", bad.display())), "{err}");
@@ -28,11 +33,7 @@ fn check_config_reports_file_line_and_key() {
         "[limits]\nsend_buffer = \"8k\"\n[[location]]\nroot = \"www\"\n",
     )
     .unwrap();
-    let out = Command::new(crate::BIN)
-        .arg("check-config")
-        .arg(&good)
-        .output()
-        .unwrap();
+    let out = check_config(&good);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("good.toml: ok"));
@@ -47,11 +48,7 @@ fn check_config_reports_file_line_and_key() {
         "[limits]\nsend_buffer = \"1k\"\n[[location]]\nroot = \"www\"\n",
     )
     .unwrap();
-    let out = Command::new(crate::BIN)
-        .arg("check-config")
-        .arg(&bad)
-        .output()
-        .unwrap();
+    let out = check_config(&bad);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("limits.send_buffer"), "{err}");
