@@ -3,6 +3,7 @@
 //! probe first so a cold file is read on the blocking pool, never on the event loop.
 
 use std::fs::File;
+use std::future::Future;
 use std::io::{self, IoSlice};
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,6 +111,11 @@ impl Outbox {
 
     fn push_mem(&mut self, start: usize, resp: u32, body: bool) {
         let end = self.mem.len();
+        if start == end {
+            // An empty segment would be an empty write (issue 11: a 0-byte file spun its
+            // worker on `writev` returning 0 forever).
+            return;
+        }
         if let Some(Seg::Mem {
             end: last_end,
             resp: r,
@@ -130,40 +136,44 @@ impl Outbox {
         });
     }
 
-    /// Append the body of response `resp`.
+    /// Append the body of response `resp`. Empty pieces add no segment.
     pub(crate) fn body(&mut self, resp: u32, body: Body) {
         match body {
             Body::Empty => {}
             Body::Bytes(bytes) => self.bytes(resp, bytes),
-            Body::File { file, offset, len } => self.segs.push(Seg::File {
-                file,
-                offset,
-                len,
-                resp,
-            }),
+            Body::File { file, offset, len } => self.file(resp, file, offset, len),
             Body::Parts(parts) => {
                 for p in parts {
                     match p {
                         Part::Bytes(bytes) => self.bytes(resp, bytes),
-                        Part::File { file, offset, len } => self.segs.push(Seg::File {
-                            file,
-                            offset,
-                            len,
-                            resp,
-                        }),
+                        Part::File { file, offset, len } => self.file(resp, file, offset, len),
                     }
                 }
             }
         }
     }
 
+    fn file(&mut self, resp: u32, file: Arc<File>, offset: u64, len: u64) {
+        if len > 0 {
+            self.segs.push(Seg::File {
+                file,
+                offset,
+                len,
+                resp,
+            });
+        }
+    }
+
     fn bytes(&mut self, resp: u32, bytes: Bytes) {
         // Small pieces are copied next to the head: one iovec instead of two.
+        if bytes.is_empty() {
+            return;
+        }
         if bytes.len() <= 512 {
             let start = self.mem.len();
             self.mem.extend_from_slice(&bytes);
             self.push_mem(start, resp, true);
-        } else if !bytes.is_empty() {
+        } else {
             self.shared += bytes.len();
             self.segs.push(Seg::Shared { bytes, resp });
         }
@@ -171,14 +181,14 @@ impl Outbox {
 
     /// Write everything queued. On success the outbox is empty and `body_written` holds
     /// each response's body bytes; on error `body_written` says how far each one got.
-    pub(crate) async fn flush(
+    pub(crate) async fn flush<S: Sink>(
         &mut self,
-        stream: &TcpStream,
+        sink: &S,
         send_timeout: Duration,
     ) -> Result<(), WriteError> {
         self.body_written.clear();
         self.body_written.resize(self.responses as usize, 0);
-        let result = self.write_all(stream, send_timeout).await;
+        let result = self.write_all(sink, send_timeout).await;
         self.mem.clear();
         self.segs.clear();
         self.responses = 0;
@@ -186,26 +196,28 @@ impl Outbox {
         result
     }
 
-    async fn write_all(
+    /// Every call on `sink` either moves the cursor by at least one byte, waits for
+    /// writability (bounded by the send timeout), or ends the flush with an error: a write
+    /// that makes no progress is an error, never "try again".
+    async fn write_all<S: Sink>(
         &mut self,
-        stream: &TcpStream,
+        sink: &S,
         send_timeout: Duration,
     ) -> Result<(), WriteError> {
-        let mut i = 0;
-        let mut done: u64 = 0; // bytes of segs[i] already written
-        while i < self.segs.len() {
+        let mut at = Cursor::default();
+        while let Some(seg) = self.segs.get(at.seg) {
             if let Seg::File {
                 file,
                 offset,
                 len,
                 resp,
-            } = &self.segs[i]
+            } = seg
             {
                 let (file, offset, len, resp) = (file.clone(), *offset, *len, *resp);
                 // Boxed: one allocation per file segment; inline, this future would grow
                 // every connection's state.
                 Box::pin(send_file(
-                    stream,
+                    sink,
                     &file,
                     offset,
                     len,
@@ -213,87 +225,129 @@ impl Outbox {
                     &mut self.body_written[resp as usize],
                 ))
                 .await?;
-                i += 1;
+                at.seg += 1;
                 continue;
             }
             // The iovec array lives only in this block, never across an await: it would
             // otherwise add 1 KiB to every connection's future.
             let attempt = {
                 let mut iov = [IoSlice::new(&[]); MAX_IOV];
-                let mut n = 0;
-                let mut file_follows = false;
-                for seg in &self.segs[i..] {
-                    let slice: &[u8] = match seg {
-                        Seg::Mem { start, end, .. } => &self.mem[*start..*end],
-                        Seg::Shared { bytes, .. } => bytes,
-                        Seg::File { .. } => {
-                            file_follows = true;
-                            break;
-                        }
-                    };
-                    iov[n] = IoSlice::new(if n == 0 {
-                        &slice[done as usize..]
-                    } else {
-                        slice
-                    });
-                    n += 1;
-                    if n == MAX_IOV {
-                        break;
-                    }
-                }
-                if file_follows {
-                    // The head goes with MSG_MORE so it shares a segment with the file's
-                    // first bytes instead of leaving as a small packet of its own.
-                    stream.try_io(Interest::WRITABLE, || sys::writev_more(stream, &iov[..n]))
-                } else {
-                    stream.try_write_vectored(&iov[..n])
-                }
+                let (n, file_follows) = self.gather(&at, &mut iov);
+                // The head goes with MSG_MORE when a file follows, so it shares a segment
+                // with the file's first bytes instead of leaving as a small packet.
+                sink.try_writev(&iov[..n], file_follows)
             };
-            let mut wrote = match attempt {
-                Ok(w) => w as u64,
+            match attempt {
+                // Segments are never empty, so a write of 0 means the socket takes nothing.
+                Ok(0) => return Err(WriteError::Io(io::ErrorKind::WriteZero.into())),
+                Ok(wrote) => self.advance(&mut at, wrote as u64),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    wait_writable(stream, send_timeout).await?;
-                    continue;
+                    sink.writable(send_timeout).await?;
                 }
                 Err(e) => return Err(WriteError::Io(e)),
-            };
-            while wrote > 0 {
-                let (len, resp, body) = match &self.segs[i] {
-                    Seg::Mem {
-                        start,
-                        end,
-                        resp,
-                        body,
-                    } => ((end - start) as u64, *resp, *body),
-                    Seg::Shared { bytes, resp } => (bytes.len() as u64, *resp, true),
-                    Seg::File { .. } => unreachable!("writev stops before file segments"),
-                };
-                let take = wrote.min(len - done);
-                if body {
-                    self.body_written[resp as usize] += take;
-                }
-                wrote -= take;
-                done += take;
-                if done == len {
-                    i += 1;
-                    done = 0;
-                }
             }
         }
         Ok(())
     }
-}
 
-async fn wait_writable(stream: &TcpStream, send_timeout: Duration) -> Result<(), WriteError> {
-    match tokio::time::timeout(send_timeout, stream.writable()).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(WriteError::Io(e)),
-        Err(_) => Err(WriteError::Timeout),
+    /// The memory segments from `at` up to the next file segment (or `MAX_IOV` of them) as
+    /// iovecs; also whether a file segment is what stopped the run.
+    fn gather<'a>(&'a self, at: &Cursor, iov: &mut [IoSlice<'a>; MAX_IOV]) -> (usize, bool) {
+        let mut n = 0;
+        for seg in &self.segs[at.seg..] {
+            let slice: &[u8] = match seg {
+                Seg::Mem { start, end, .. } => &self.mem[*start..*end],
+                Seg::Shared { bytes, .. } => bytes,
+                Seg::File { .. } => return (n, true),
+            };
+            iov[n] = IoSlice::new(if n == 0 {
+                &slice[at.done as usize..]
+            } else {
+                slice
+            });
+            n += 1;
+            if n == MAX_IOV {
+                break;
+            }
+        }
+        (n, false)
+    }
+
+    /// Account `wrote` bytes of a vectored write starting at `at`.
+    fn advance(&mut self, at: &mut Cursor, mut wrote: u64) {
+        while wrote > 0 {
+            let (len, resp, body) = match self.segs.get(at.seg) {
+                Some(Seg::Mem {
+                    start,
+                    end,
+                    resp,
+                    body,
+                }) => ((end - start) as u64, *resp, *body),
+                Some(Seg::Shared { bytes, resp }) => (bytes.len() as u64, *resp, true),
+                // A write never reports more than it was given.
+                Some(Seg::File { .. }) | None => return,
+            };
+            let take = wrote.min(len - at.done);
+            if body {
+                self.body_written[resp as usize] += take;
+            }
+            wrote -= take;
+            at.done += take;
+            if at.done == len {
+                at.seg += 1;
+                at.done = 0;
+            }
+        }
     }
 }
 
-async fn send_file(
-    stream: &TcpStream,
+/// How far a flush has got: the segment, and bytes of it already written.
+#[derive(Debug, Default)]
+struct Cursor {
+    seg: usize,
+    done: u64,
+}
+
+/// Where a flush writes: the client socket, or a scripted fake in tests. Each call is one
+/// non-blocking attempt; `WouldBlock` means wait for [`Sink::writable`].
+pub(crate) trait Sink {
+    /// One vectored write; `more` says a file body follows (MSG_MORE).
+    fn try_writev(&self, iov: &[IoSlice<'_>], more: bool) -> io::Result<usize>;
+    /// One sendfile of at most `len` bytes of `file` from `offset`.
+    fn try_sendfile(&self, file: &File, offset: u64, len: usize) -> io::Result<usize>;
+    /// Wait until the sink can take more, at most `timeout`.
+    fn writable(&self, timeout: Duration) -> impl Future<Output = Result<(), WriteError>>;
+}
+
+impl Sink for TcpStream {
+    fn try_writev(&self, iov: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
+        if more {
+            self.try_io(Interest::WRITABLE, || sys::writev_more(self, iov))
+        } else {
+            self.try_write_vectored(iov)
+        }
+    }
+
+    fn try_sendfile(&self, file: &File, offset: u64, len: usize) -> io::Result<usize> {
+        self.try_io(Interest::WRITABLE, || {
+            sys::sendfile(self, file, offset, len)
+        })
+    }
+
+    async fn writable(&self, timeout: Duration) -> Result<(), WriteError> {
+        match tokio::time::timeout(timeout, TcpStream::writable(self)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(WriteError::Io(e)),
+            Err(_) => Err(WriteError::Timeout),
+        }
+    }
+}
+
+/// Send `len` bytes of `file` from `offset`. A sendfile that returns 0 before `len` bytes
+/// means the file shrank under us: the head already promised `len`, so the connection
+/// must end (an error), never wait for bytes that will not come.
+async fn send_file<S: Sink>(
+    sink: &S,
     file: &Arc<File>,
     offset: u64,
     len: u64,
@@ -315,9 +369,7 @@ async fn send_file(
                 Err(e) => return Err(WriteError::Io(io::Error::other(e))),
             }
         }
-        match stream.try_io(Interest::WRITABLE, || {
-            sys::sendfile(stream, &**file, pos, n as usize)
-        }) {
+        match sink.try_sendfile(file, pos, n as usize) {
             Ok(0) => {
                 return Err(WriteError::Io(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
@@ -329,7 +381,7 @@ async fn send_file(
                 *written += k as u64;
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                wait_writable(stream, send_timeout).await?;
+                sink.writable(send_timeout).await?;
                 continue;
             }
             Err(e) => return Err(WriteError::Io(e)),
@@ -340,3 +392,6 @@ async fn send_file(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

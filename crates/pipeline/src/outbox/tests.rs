@@ -1,0 +1,283 @@
+//! The outbox against a scripted sink: random segment sizes (empty ones included) and
+//! random partial writes, would-blocks, zero returns and errors. Whatever the script, a
+//! flush finishes (every byte written, in order) or fails; it never stalls.
+
+use std::cell::{Cell, RefCell};
+use std::fs::File;
+use std::io::{self, IoSlice, Write};
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use proptest::prelude::*;
+
+use super::{Outbox, Sink, WriteError};
+use crate::response::{Body, Part};
+
+/// More calls than any honest flush of the generated batches needs: past this the outbox
+/// is looping without progress.
+const MAX_CALLS: u32 = 100_000;
+
+/// What the next sink call does, drawn from the script.
+struct Script {
+    state: Cell<u64>,
+    calls: Cell<u32>,
+    /// Let a call return 0 (a socket that takes nothing, a file that shrank).
+    zeros: bool,
+    /// Let a call fail outright.
+    errors: bool,
+    out: RefCell<Vec<u8>>,
+}
+
+impl Script {
+    fn next(&self, below: u64) -> u64 {
+        // xorshift64*: deterministic from the proptest seed.
+        let mut x = self.state.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.state.set(x);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D) % below.max(1)
+    }
+
+    fn call(&self) {
+        let n = self.calls.get() + 1;
+        self.calls.set(n);
+        assert!(n < MAX_CALLS, "the outbox stalled: {n} sink calls");
+    }
+
+    /// How many of `total` bytes the call takes, or why it takes none.
+    fn take(&self, total: u64) -> io::Result<u64> {
+        self.call();
+        match self.next(20) {
+            0..=3 => Err(io::ErrorKind::WouldBlock.into()),
+            4 if self.zeros => Ok(0),
+            5 if self.errors => Err(io::ErrorKind::ConnectionReset.into()),
+            _ => Ok(1 + self.next(total)),
+        }
+    }
+}
+
+impl Sink for Script {
+    fn try_writev(&self, iov: &[IoSlice<'_>], _more: bool) -> io::Result<usize> {
+        let total: usize = iov.iter().map(|s| s.len()).sum();
+        assert!(total > 0, "an empty writev was issued");
+        let took = self.take(total as u64)? as usize;
+        let mut left = took;
+        let mut out = self.out.borrow_mut();
+        for s in iov {
+            let n = left.min(s.len());
+            out.extend_from_slice(&s[..n]);
+            left -= n;
+        }
+        Ok(took)
+    }
+
+    fn try_sendfile(&self, file: &File, offset: u64, len: usize) -> io::Result<usize> {
+        assert!(len > 0, "an empty sendfile was issued");
+        let k = self.take(len as u64)? as usize;
+        let mut buf = vec![0; k];
+        file.read_exact_at(&mut buf, offset).unwrap();
+        self.out.borrow_mut().extend_from_slice(&buf);
+        Ok(k)
+    }
+
+    async fn writable(&self, _timeout: Duration) -> Result<(), WriteError> {
+        self.call();
+        if self.errors && self.next(50) == 0 {
+            return Err(WriteError::Timeout);
+        }
+        Ok(())
+    }
+}
+
+/// One piece of a generated response.
+#[derive(Debug, Clone)]
+enum Piece {
+    Bytes(usize),
+    File { offset: u64, len: u64 },
+}
+
+/// One generated response: head size and body pieces (as one body or as parts).
+#[derive(Debug, Clone)]
+struct Resp {
+    head: usize,
+    pieces: Vec<Piece>,
+    parts: bool,
+}
+
+/// Bytes to 0, 1, around the copy threshold, and larger; files to 0, 1 and around the
+/// sendfile chunk.
+fn piece() -> impl Strategy<Value = Piece> {
+    prop_oneof![
+        prop_oneof![Just(0usize), Just(1), 511..=513usize, 0..3000usize].prop_map(Piece::Bytes),
+        (
+            0..1000u64,
+            prop_oneof![Just(0u64), Just(1), 262_143..=262_145u64, 0..600_000u64]
+        )
+            .prop_map(|(offset, len)| Piece::File { offset, len }),
+    ]
+}
+
+fn resp() -> impl Strategy<Value = Resp> {
+    (
+        prop_oneof![Just(0usize), 1..400usize],
+        prop::collection::vec(piece(), 0..4),
+        any::<bool>(),
+    )
+        .prop_map(|(head, pieces, parts)| Resp {
+            head,
+            pieces,
+            parts,
+        })
+}
+
+const FILE_LEN: u64 = 601_000;
+
+fn file() -> Arc<File> {
+    let mut f = tempfile::tempfile().unwrap();
+    let data: Vec<u8> = (0..FILE_LEN).map(|i| (i * 31 % 251) as u8).collect();
+    f.write_all(&data).unwrap();
+    Arc::new(f)
+}
+
+/// Fill an outbox with `resps`; returns the byte stream and body lengths it should write.
+fn fill(out: &mut Outbox, resps: &[Resp], file: &Arc<File>) -> (Vec<u8>, Vec<u64>) {
+    let mut expect = Vec::new();
+    let mut bodies = Vec::new();
+    for (r_i, r) in resps.iter().enumerate() {
+        let resp = out.begin();
+        let head: Vec<u8> = (0..r.head).map(|i| b'a' + ((i + r_i) % 26) as u8).collect();
+        out.head(resp, |o| o.extend_from_slice(&head));
+        expect.extend_from_slice(&head);
+        let mut body_len = 0;
+        let mut parts = Vec::new();
+        for p in &r.pieces {
+            match *p {
+                Piece::Bytes(n) => {
+                    let b: Vec<u8> = (0..n).map(|i| (i % 7) as u8 + b'0').collect();
+                    expect.extend_from_slice(&b);
+                    body_len += n as u64;
+                    parts.push(Part::Bytes(Bytes::from(b)));
+                }
+                Piece::File { offset, len } => {
+                    let len = len.min(FILE_LEN - offset);
+                    let mut b = vec![0; len as usize];
+                    file.read_exact_at(&mut b, offset).unwrap();
+                    expect.extend_from_slice(&b);
+                    body_len += len;
+                    parts.push(Part::File {
+                        file: file.clone(),
+                        offset,
+                        len,
+                    });
+                }
+            }
+        }
+        bodies.push(body_len);
+        if r.parts {
+            out.body(resp, Body::Parts(parts));
+        } else {
+            for p in parts {
+                out.body(
+                    resp,
+                    match p {
+                        Part::Bytes(b) => Body::Bytes(b),
+                        Part::File { file, offset, len } => Body::File { file, offset, len },
+                    },
+                );
+            }
+        }
+        out.body(resp, Body::Empty);
+    }
+    (expect, bodies)
+}
+
+fn flush(resps: &[Resp], seed: u64, zeros: bool, errors: bool) {
+    let file = file();
+    let mut out = Outbox::default();
+    let (expect, bodies) = fill(&mut out, resps, &file);
+    let sink = Script {
+        state: Cell::new(seed | 1),
+        calls: Cell::new(0),
+        zeros,
+        errors,
+        out: RefCell::new(Vec::new()),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let result = rt.block_on(out.flush(&sink, Duration::from_secs(1)));
+    let wrote = sink.out.into_inner();
+    assert!(
+        expect.starts_with(&wrote),
+        "bytes written out of order or invented"
+    );
+    match result {
+        Ok(()) => {
+            assert_eq!(wrote.len(), expect.len(), "flush said done early");
+            assert_eq!(out.body_written, bodies);
+        }
+        Err(_) => {
+            assert!(zeros || errors, "failed without a scripted fault");
+            let counted: u64 = out.body_written.iter().sum();
+            assert!(counted <= bodies.iter().sum::<u64>());
+        }
+    }
+    assert!(out.is_empty(), "a flush leaves the outbox empty");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Partial writes and would-blocks only: every batch is written whole, in order.
+    #[test]
+    fn flush_finishes(resps in prop::collection::vec(resp(), 0..6), seed in any::<u64>()) {
+        flush(&resps, seed, false, false);
+    }
+
+    /// With zero returns, errors and timeouts in the script: the flush ends, never spins.
+    #[test]
+    fn flush_finishes_or_fails(resps in prop::collection::vec(resp(), 0..6), seed in any::<u64>()) {
+        flush(&resps, seed, true, true);
+    }
+}
+
+/// Issue 11: a 0-byte file's empty body once left an empty segment that `writev` wrote as
+/// 0 bytes, forever. Every response of a batch may be empty.
+#[test]
+fn empty_bodies_issue_no_writes_of_their_own() {
+    let file = file();
+    let mut out = Outbox::default();
+    for _ in 0..3 {
+        let resp = out.begin();
+        out.head(resp, |o| o.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n"));
+        out.body(resp, Body::Bytes(Bytes::new()));
+        out.body(
+            resp,
+            Body::File {
+                file: file.clone(),
+                offset: 7,
+                len: 0,
+            },
+        );
+        out.body(resp, Body::Parts(vec![Part::Bytes(Bytes::new())]));
+    }
+    let sink = Script {
+        state: Cell::new(1),
+        calls: Cell::new(0),
+        zeros: false,
+        errors: false,
+        out: RefCell::new(Vec::new()),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(out.flush(&sink, Duration::from_secs(1)))
+        .unwrap();
+    assert_eq!(sink.out.into_inner().len(), 3 * 19);
+    assert_eq!(out.body_written, vec![0, 0, 0]);
+}
