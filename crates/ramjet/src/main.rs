@@ -2,6 +2,8 @@
 #![forbid(unsafe_code)]
 
 mod bench_cli;
+#[cfg(feature = "fault-injection")]
+mod fault;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -151,7 +153,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         pin,
         BLOCKING_THREADS_PER_WORKER,
         current.clone(),
-        |_, generation| HttpWorker::new(generation, StaticFiles::new()),
+        |_, generation| HttpWorker::new(generation, content()),
     )?;
     for addr in &addrs {
         tracing::info!("listening on http://{addr} ({workers} workers)");
@@ -183,9 +185,28 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     });
     tracing::info!("stopping: finishing in-flight responses (up to {grace:?})");
-    server.stop(grace);
+    let stuck = server.stop(grace);
+    if stuck > 0 {
+        // A worker that never returned to its event loop cannot be joined; returning from
+        // main ends the process with it still running.
+        tracing::error!(
+            "{stuck} worker(s) did not stop within the {grace:?} shutdown timeout; exiting anyway"
+        );
+        return Err(anyhow::anyhow!("{stuck} worker(s) did not stop in time"));
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Each worker's producer: static files (wrapped for fault injection in test builds).
+#[cfg(not(feature = "fault-injection"))]
+fn content() -> StaticFiles {
+    StaticFiles::new()
+}
+
+#[cfg(feature = "fault-injection")]
+fn content() -> fault::Faults<StaticFiles> {
+    fault::Faults(StaticFiles::new())
 }
 
 /// Build the next generation; listeners and worker count stay as started.

@@ -30,7 +30,7 @@ pub fn bind(
     let mut per_worker: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
     let mut bound = Vec::new();
     for &want in addrs {
-        let first = match open(want, send_buffer) {
+        let first = match claim(want).and_then(|()| open(want, send_buffer)) {
             Ok(s) => s,
             Err(e) if want.is_ipv6() && want.ip().is_unspecified() && is_no_ipv6(&e) => {
                 tracing::warn!("skipping {want}: IPv6 is not available on this host ({e})");
@@ -52,6 +52,27 @@ pub fn bind(
         per_worker,
         addrs: bound,
     })
+}
+
+/// Refuse an address that another process already listens on, a second ramjet included.
+///
+/// Our listeners set `SO_REUSEPORT` so that this process's workers (and a USR2 successor,
+/// which receives them rather than binding) share a port; but any other process of the same
+/// user doing the same would silently split the traffic with us. A probe socket without
+/// `SO_REUSEPORT` conflicts with every listener already on the address, so its bind fails
+/// with `EADDRINUSE` exactly as another program's would. With `SO_REUSEADDR` and never
+/// listening, the probe conflicts neither with TIME_WAIT leftovers nor with the listeners
+/// bound after it; it is closed at once. Port 0 asks the kernel for a free port: no probe.
+fn claim(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        probe.set_only_v6(true)?;
+    }
+    probe.set_reuse_address(true)?;
+    probe.bind(&addr.into())
 }
 
 fn open(addr: SocketAddr, send_buffer: Option<usize>) -> io::Result<TcpListener> {

@@ -20,6 +20,11 @@ use crate::sys;
 const TICK: Duration = Duration::from_secs(1);
 /// How often a draining worker checks whether its connections are gone.
 const DRAIN_POLL: Duration = Duration::from_millis(20);
+/// After the shutdown grace period, workers get this long to close and flush their logs
+/// before the main thread stops waiting for them.
+const STOP_MARGIN: Duration = Duration::from_secs(1);
+/// How often the main thread checks whether the workers have ended.
+const STOP_POLL: Duration = Duration::from_millis(10);
 /// Pause after accept fails for lack of file descriptors, so the loop does not spin.
 const EMFILE_PAUSE: Duration = Duration::from_millis(50);
 
@@ -59,11 +64,25 @@ impl<C: Send + Sync + 'static> Server<C> {
     }
 
     /// Stop accepting, let in-flight responses finish for up to `grace`, then return.
-    pub fn stop(self, grace: Duration) {
+    /// Returns within `grace + STOP_MARGIN` even when a worker never gets back to its event
+    /// loop (a handler stuck in a loop): the count of workers still running is returned,
+    /// and the caller exits the process regardless of them.
+    pub fn stop(self, grace: Duration) -> usize {
         self.stop.send_replace(Some(grace));
-        for t in self.threads {
-            let _ = t.join();
+        let deadline = std::time::Instant::now() + grace + STOP_MARGIN;
+        let mut threads = self.threads;
+        while !threads.is_empty() && std::time::Instant::now() < deadline {
+            let (done, running): (Vec<_>, Vec<_>) =
+                threads.into_iter().partition(|t| t.is_finished());
+            for t in done {
+                let _ = t.join();
+            }
+            threads = running;
+            if !threads.is_empty() {
+                std::thread::sleep(STOP_POLL);
+            }
         }
+        threads.len()
     }
 }
 

@@ -9,6 +9,17 @@ use crate::client::Client;
 
 /// How long a server may take to print its listening line.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// Kernel CPU-time unit in /proc/PID/stat (USER_HZ is 100 on every Linux architecture
+/// ramjet targets).
+const TICKS_PER_SECOND: u64 = 100;
+/// First look at an idle server's CPU: at most this many ticks and it is idle.
+const IDLE_GLANCE: Duration = Duration::from_millis(250);
+const IDLE_GLANCE_TICKS: u64 = 2;
+/// Otherwise a longer look: this share of one CPU (in percent) over it is a busy loop. A
+/// spinning worker on a loaded 2-core CI machine still gets far more than this; an idle
+/// server (a log flush and a cache tick a second) far less.
+const BUSY_WINDOW: Duration = Duration::from_secs(1);
+const BUSY_PERCENT: u64 = 20;
 
 /// A running `ramjet serve` process with its own document root and config file.
 pub struct Server {
@@ -158,6 +169,41 @@ impl Server {
         );
     }
 
+    /// CPU time (user + system, in ticks) the server process has used so far.
+    pub fn cpu_ticks(&self) -> Option<u64> {
+        let pid = self.child.as_ref()?.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name, which is in parentheses and may hold spaces.
+        let rest = stat.rsplit_once(')')?.1;
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    }
+
+    /// The watchdog: `Some(percent of a CPU)` when the server burns CPU although no client
+    /// is talking to it (a busy loop), `None` when it is idle or gone.
+    pub fn busy_while_idle(&self) -> Option<u64> {
+        let t0 = self.cpu_ticks()?;
+        std::thread::sleep(IDLE_GLANCE);
+        let t1 = self.cpu_ticks()?;
+        if t1 - t0 <= IDLE_GLANCE_TICKS {
+            return None;
+        }
+        std::thread::sleep(BUSY_WINDOW);
+        let t2 = self.cpu_ticks()?;
+        let percent = (t2 - t1) * 100 / (TICKS_PER_SECOND * BUSY_WINDOW.as_millis() as u64 / 1000);
+        (percent >= BUSY_PERCENT).then_some(percent)
+    }
+
+    /// Panic if the server burns CPU while no client talks to it (see [`Server::busy_while_idle`]).
+    pub fn assert_idle(&self) {
+        if let Some(percent) = self.busy_while_idle() {
+            panic!(
+                "watchdog: the server used {percent}% of a CPU with no client talking to it (a busy loop?); log: {:#?}",
+                self.stderr()
+            );
+        }
+    }
+
     /// Stop with TERM and wait for the exit status.
     pub fn stop(&mut self) -> std::process::ExitStatus {
         self.signal(libc::SIGTERM);
@@ -182,10 +228,22 @@ impl Server {
 }
 
 impl Drop for Server {
+    /// Every test ends with the watchdog: whichever test leaves the server spinning fails.
     fn drop(&mut self) {
+        let busy = if std::thread::panicking() {
+            None
+        } else {
+            self.busy_while_idle()
+        };
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+        if let Some(percent) = busy {
+            panic!(
+                "watchdog: the server used {percent}% of a CPU after the test, with no client talking to it (a busy loop?); log: {:#?}",
+                self.stderr()
+            );
         }
     }
 }

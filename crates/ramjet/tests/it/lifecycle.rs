@@ -4,6 +4,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use ramjet_testkit::Server;
+
 use crate::{bytes, server_with};
 
 /// Body bytes logged on a Combined-format access-log line of a 200 response.
@@ -264,4 +266,97 @@ fn a_client_that_stops_reading_is_dropped_after_the_send_timeout() {
     let sent = logged_bytes(line);
     assert!(sent < big.len() as u64, "{line}");
     s.assert_clean_log(&[]);
+}
+
+/// Issue 11: a second instance started by mistake on a port in use is refused with the
+/// "address in use" error any program gets, instead of silently splitting the traffic
+/// through SO_REUSEPORT; the first instance's workers still share the port.
+#[test]
+fn issue11_a_second_instance_on_the_same_port_is_refused() {
+    let s = server_with(&[("mine.txt", b"first")], "workers = 2\n");
+    let other = tempfile::tempdir().unwrap();
+    let port = s.addr.port();
+    for listen in [s.addr.to_string(), format!("0.0.0.0:{port}")] {
+        let mut second = std::process::Command::new(crate::BIN)
+            .arg("serve")
+            .arg(other.path())
+            .args(["--listen", &listen, "--workers", "2", "--access-log", "off"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let end = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = second.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > end {
+                let _ = second.kill();
+                let _ = second.wait();
+                panic!("a second instance on {listen} started and kept running");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut err = String::new();
+        second
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert!(!status.success(), "second instance on {listen}: {err}");
+        assert!(
+            err.contains(&format!("cannot listen on {listen}")) && err.contains("in use"),
+            "{err}"
+        );
+    }
+    // Every request still reaches the first instance, over both of its workers.
+    for _ in 0..20 {
+        assert_eq!(s.get("/mine.txt").text(), "first");
+    }
+    s.assert_clean_log(&[]);
+}
+
+/// Issue 11: a restart on the same port right after a stop that left TIME_WAIT sockets
+/// behind is not taken for a second instance.
+#[test]
+fn issue11_restart_on_the_same_port_after_stop() {
+    let mut s = server_with(&[("a.txt", b"a")], "workers = 2\n");
+    for _ in 0..10 {
+        assert_eq!(s.get("/a.txt").text(), "a");
+    }
+    let addr = s.addr;
+    assert!(s.stop().success());
+    let dir = Server::dir();
+    std::fs::write(dir.path().join("root/a.txt"), b"again").unwrap();
+    let again = Server::start(
+        crate::BIN,
+        dir,
+        &format!("listen = [\"{addr}\"]\nworkers = 2\n"),
+    );
+    assert_eq!(again.get("/a.txt").text(), "again");
+    again.assert_clean_log(&[]);
+}
+
+/// Issue 11: TERM ends the process within `timeouts.shutdown` plus a margin even when a
+/// worker never returns to its event loop (the test-only spin path).
+#[cfg(feature = "fault-injection")]
+#[test]
+fn issue11_term_ends_the_process_even_when_a_worker_spins() {
+    let mut s = server_with(
+        &[("ok.txt", b"ok")],
+        "workers = 1\n[timeouts]\nshutdown = \"1s\"\n",
+    );
+    let mut c = s.client();
+    c.send(b"GET /__ramjet_fault/spin HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(s.wait_for_log("spins forever", Duration::from_secs(10)));
+    s.signal(libc::SIGTERM);
+    // 1 s of grace, 1 s for the workers to flush, and a wide margin for a slow machine.
+    let status = s.wait_exit(Duration::from_secs(15));
+    assert!(
+        !status.success(),
+        "a stuck worker is reported in the exit status"
+    );
+    assert!(s.wait_for_log("did not stop within", Duration::from_secs(5)));
 }

@@ -81,6 +81,9 @@ fn nowait_byte(file: &File, offset: u64) -> bool {
 /// user space, so the pool thread sleeps on the disk instead of spending CPU the event loop
 /// needs (with pinning, the pool shares the worker's core).
 pub fn blocking_warm(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
     // SAFETY: readahead only reads the descriptor, which `file` keeps open for the call.
     let rc = unsafe { libc::readahead(file.as_raw_fd(), offset as libc::off64_t, len as usize) };
     if rc == 0 {
