@@ -10,6 +10,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
 use ramjet_runtime::sys::FileStat;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// What a cached path is.
@@ -37,8 +38,12 @@ pub(crate) struct Entry {
     /// `head[validators_at..]`: Last-Modified, ETag, Accept-Ranges (+ encoding lines).
     pub(crate) validators_at: usize,
     pub(crate) checked: Cell<Instant>,
-    /// A background re-check is in flight; requests keep using this entry meanwhile.
+    /// A change was reported (inotify) since the last check: re-check before use.
+    pub(crate) invalid: Cell<bool>,
+    /// A re-check is in flight; requests that need this entry wait for [`Entry::rechecked`].
     pub(crate) revalidating: Cell<bool>,
+    /// Woken when the in-flight re-check has replaced or confirmed this entry.
+    pub(crate) rechecked: Notify,
     /// Header lines rendered into `head` besides the validators (encoding, Vary), kept so a
     /// re-check can rebuild the entry without the request that created it.
     pub(crate) extra: Box<str>,
@@ -59,7 +64,9 @@ impl Entry {
             head: Bytes::new(),
             validators_at: 0,
             checked: Cell::new(Instant::now()),
+            invalid: Cell::new(false),
             revalidating: Cell::new(false),
+            rechecked: Notify::new(),
             extra: extra.into(),
             used: Cell::new(0),
         }
@@ -68,7 +75,7 @@ impl Entry {
     /// Build an entry for an opened file or directory; `extra` header lines (encoding,
     /// Vary) are rendered into the shared block.
     pub(crate) fn found(
-        file: File,
+        file: Arc<File>,
         stat: FileStat,
         body: Option<Vec<u8>>,
         content_type: String,
@@ -78,7 +85,7 @@ impl Entry {
             .mtime
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let etag = format!("\"{mtime:x}-{:x}\"", stat.size);
+        let etag = etag(&stat);
         let mut head = format!("Content-Type: {content_type}\r\n");
         let validators_at = head.len();
         head.push_str("Last-Modified: ");
@@ -89,7 +96,7 @@ impl Entry {
         head.push_str(extra);
         Entry {
             kind: if stat.is_dir { Kind::Dir } else { Kind::File },
-            file: Some(Arc::new(file)),
+            file: Some(file),
             stat: Some(stat),
             body: body.map(Bytes::from),
             etag: etag.into_bytes().into_boxed_slice(),
@@ -98,7 +105,9 @@ impl Entry {
             head: Bytes::from(head),
             validators_at,
             checked: Cell::new(Instant::now()),
+            invalid: Cell::new(false),
             revalidating: Cell::new(false),
+            rechecked: Notify::new(),
             extra: extra.into(),
             used: Cell::new(0),
         }
@@ -112,6 +121,22 @@ impl Entry {
         self.head.slice(self.validators_at..)
     }
 }
+
+/// Strong validator from mtime and size, nginx's `"mtime-size"` in hex, with the
+/// nanoseconds when the filesystem keeps them: a file rewritten in place within the same
+/// second at the same size still gets a new ETag.
+fn etag(stat: &FileStat) -> String {
+    let since = stat.mtime.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let (secs, nanos) = (since.as_secs(), since.subsec_nanos());
+    if nanos == 0 {
+        format!("\"{secs:x}-{:x}\"", stat.size)
+    } else {
+        format!("\"{secs:x}.{nanos:x}-{:x}\"", stat.size)
+    }
+}
+
+/// Cache variants a path can have: identity and one per precompressed encoding.
+const VARIANTS: u8 = 4;
 
 /// The cache proper; keys are `location id, variant, path` packed into bytes.
 #[derive(Debug)]
@@ -196,6 +221,42 @@ impl FileCache {
         entry
     }
 
+    /// A change was reported for `path` of `location`: every variant is re-checked before
+    /// its next use. Returns whether any entry was marked.
+    pub(crate) fn invalidate(&mut self, location: usize, path: &[u8]) -> bool {
+        let mut any = false;
+        for variant in 0..VARIANTS {
+            self.build_key(location, variant, path);
+            if let Some(e) = self.map.get(self.key.as_slice()) {
+                e.invalid.set(true);
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// Mark every entry of `location` under the directory `prefix` (ends with `/`, or is
+    /// empty for the root), and the directory's own entry.
+    pub(crate) fn invalidate_under(&mut self, location: usize, prefix: &[u8]) {
+        let loc = (location as u32).to_le_bytes();
+        let bare = prefix.strip_suffix(b"/").unwrap_or(prefix);
+        for (key, e) in &self.map {
+            let (Some(l), Some(path)) = (key.get(..4), key.get(5..)) else {
+                continue;
+            };
+            if l == loc && (path.starts_with(prefix) || path == bare) {
+                e.invalid.set(true);
+            }
+        }
+    }
+
+    /// Events were lost: re-check everything before use.
+    pub(crate) fn invalidate_all(&mut self) {
+        for e in self.map.values() {
+            e.invalid.set(true);
+        }
+    }
+
     fn evict(&mut self, max_memory: u64) {
         let mut stamps: Vec<u64> = self.map.values().map(|e| e.used.get()).collect();
         stamps.sort_unstable();
@@ -216,7 +277,8 @@ impl FileCache {
     }
 }
 
-/// Whether an entry checked at `checked` must be re-checked at `now`.
+/// Whether an entry checked at `checked` must be re-checked at `now` (one checked at or
+/// after `now` never is, even with `valid = 0`).
 pub(crate) fn stale(checked: Instant, valid: Duration, now: Instant) -> bool {
-    now.saturating_duration_since(checked) >= valid
+    now.saturating_duration_since(checked) > valid
 }

@@ -1,14 +1,16 @@
 //! The static-file producer: look up, then answer with the file, a redirect, an index file,
 //! a listing, or a refusal.
 
-use std::cell::RefCell;
+use std::cell::{Cell, OnceCell, RefCell};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use ramjet_config::Encoding;
 use ramjet_http1::range::{parse_range, RangeOutcome};
 use ramjet_http1::Method;
 use ramjet_pipeline::{error_response, Body, Content, Later, Outcome, Request, Response};
+use ramjet_runtime::sys::FileStat;
 use tokio::time::Instant;
 
 use crate::autoindex::{self, Format, Sort};
@@ -16,6 +18,7 @@ use crate::cache::{stale, Entry, FileCache, Kind};
 use crate::conditional::{evaluate, if_range_holds, Verdict};
 use crate::encoding::accepts;
 use crate::open::{load, Loaded};
+use crate::watch::Watcher;
 use crate::{mime, ranges};
 
 /// Cache variant of the identity representation; encodings use 1 + their index.
@@ -23,8 +26,13 @@ const IDENTITY: u8 = 0;
 
 /// One worker's static-file producer and its open-file cache.
 pub struct StaticFiles {
-    /// Shared with background re-checks (local tasks on the same worker).
+    /// Shared with re-checks and the change watcher (local tasks on the same worker).
     cache: Rc<RefCell<FileCache>>,
+    /// Bumped whenever the watcher reports changes: a load that sees it move while its
+    /// file was being opened marks what it loaded for another check.
+    epoch: Rc<Cell<u64>>,
+    /// Started with the first load (inside the worker's runtime); `None` without inotify.
+    watcher: OnceCell<Option<Arc<Watcher>>>,
 }
 
 /// What the synchronous path could not do by itself.
@@ -40,6 +48,9 @@ enum Need {
     },
     /// Render a directory listing on the blocking pool.
     Listing(Rc<Entry>),
+    /// This entry is being re-checked (it changed, or `file_cache.valid` ran out): wait for
+    /// the re-check, then try again.
+    Recheck(Rc<Entry>),
 }
 
 /// A slow-path request loads at most this many entries (path, index files, siblings).
@@ -55,29 +66,54 @@ impl StaticFiles {
     pub fn new() -> StaticFiles {
         StaticFiles {
             cache: Rc::new(RefCell::new(FileCache::new())),
+            epoch: Rc::new(Cell::new(0)),
+            watcher: OnceCell::new(),
         }
     }
 
-    /// A cache entry usable now. An entry past `file_cache.valid` is still used while one
-    /// background re-check runs (stale-while-revalidate): otherwise every request arriving
-    /// during the re-open would queue its own blocking re-open, up to one per connection.
-    /// An entry loaded during this request is never stale:
-    /// it was checked after `req.now`.
-    fn fresh(&self, req: &Request<'_>, variant: u8, path: &[u8]) -> Option<Rc<Entry>> {
-        let e = self
-            .cache
-            .borrow_mut()
-            .get(req.location.id, variant, path)?;
+    fn watcher(&self) -> Option<Arc<Watcher>> {
+        self.watcher
+            .get_or_init(|| Watcher::start(self.cache.clone(), self.epoch.clone()))
+            .clone()
+    }
+
+    /// The cached entry for `path`, if it is current for this request. An entry that
+    /// changed (inotify) or is older than `file_cache.valid` is re-checked first, once for
+    /// all the requests that want it: they wait for that one re-check (`Need::Recheck`)
+    /// rather than each re-opening the file, and none is answered from the old entry. An
+    /// entry checked after this request arrived is current for it.
+    fn fresh(
+        &self,
+        req: &Request<'_>,
+        variant: u8,
+        path: &[u8],
+    ) -> Result<Option<Rc<Entry>>, Need> {
+        let Some(e) = self.cache.borrow_mut().get(req.location.id, variant, path) else {
+            return Ok(None);
+        };
         let checked = e.checked.get();
-        if stale(checked, req.config.file_cache.valid, req.now) && !e.revalidating.replace(true) {
-            self.revalidate(req, variant, path, e.clone());
+        if checked >= req.now {
+            return Ok(Some(e));
         }
-        Some(e)
+        if e.revalidating.get() {
+            return Err(Need::Recheck(e));
+        }
+        if !(e.invalid.get() || stale(checked, req.config.file_cache.valid, req.now)) {
+            return Ok(Some(e));
+        }
+        e.revalidating.set(true);
+        self.revalidate(req, variant, path, e.clone());
+        Err(Need::Recheck(e))
     }
 
-    /// Re-open `path` on the blocking pool in the background and replace the entry.
+    /// Re-open `path` on the blocking pool in a local task of its own (it finishes even if
+    /// the request that started it goes away), replace or confirm the entry, then wake the
+    /// requests waiting for it.
     fn revalidate(&self, req: &Request<'_>, variant: u8, path: &[u8], old: Rc<Entry>) {
-        let cache = self.cache.clone();
+        // Cleared now, not when done: a change reported during the re-check sets it again.
+        old.invalid.set(false);
+        let (cache, epoch, watcher) = (self.cache.clone(), self.epoch.clone(), self.watcher());
+        let started = epoch.get();
         let location = req.location.id;
         let s = &req.location.statics;
         let (root, policy) = (s.root.clone(), s.symlinks);
@@ -87,19 +123,66 @@ impl StaticFiles {
             let rel = path.clone();
             let prev = old.stat;
             let loaded = tokio::task::spawn_blocking(move || {
+                if let Some(w) = watcher {
+                    w.blocking_watch_parent(&root, location, &rel);
+                }
                 load(&root, &rel, policy, fc.small_file_max, prev)
             })
             .await;
-            let Some(entry) = entry_of(loaded, &old.content_type, &old.extra) else {
-                // Unchanged (or the pool failed): keep serving the old entry.
-                old.checked.set(Instant::now());
-                old.revalidating.set(false);
-                return;
-            };
-            cache
-                .borrow_mut()
-                .insert(location, variant, &path, entry, fc.entries, fc.memory);
+            let changed_meanwhile = epoch.get() != started;
+            match entry_of(loaded, &old.content_type, &old.extra) {
+                // Unchanged (or the pool failed, which is logged): the entry stays.
+                None => {
+                    old.checked.set(Instant::now());
+                    if changed_meanwhile {
+                        old.invalid.set(true);
+                    }
+                }
+                Some(entry) => {
+                    entry.invalid.set(changed_meanwhile);
+                    cache
+                        .borrow_mut()
+                        .insert(location, variant, &path, entry, fc.entries, fc.memory);
+                }
+            }
+            old.revalidating.set(false);
+            old.rechecked.notify_waiters();
         });
+    }
+
+    /// A sendfile entry is checked against its descriptor before a head is built from it
+    /// (one fstat; the body goes to the socket straight from the file, so what the head
+    /// promises must be what the file holds now). A file changed in place (same inode, new
+    /// size or mtime) is described afresh from that fstat, and the cache updated. A file
+    /// replaced by rename keeps its old inode's bytes, which still match the old entry.
+    fn current(&self, req: &Request<'_>, variant: u8, path: &[u8], entry: Rc<Entry>) -> Rc<Entry> {
+        if entry.body.is_some() || entry.kind != Kind::File {
+            return entry;
+        }
+        let (Some(file), Some(was)) = (&entry.file, entry.stat) else {
+            return entry;
+        };
+        match FileStat::of(&**file) {
+            Ok(now) if (now.size, now.mtime) != (was.size, was.mtime) => {
+                let fresh = Entry::found(
+                    file.clone(),
+                    now,
+                    None,
+                    entry.content_type.to_string(),
+                    &entry.extra,
+                );
+                let fc = &req.config.file_cache;
+                self.cache.borrow_mut().insert(
+                    req.location.id,
+                    variant,
+                    path,
+                    fresh,
+                    fc.entries,
+                    fc.memory,
+                )
+            }
+            _ => entry,
+        }
     }
 
     /// Answer from the cache alone, or say what is missing.
@@ -117,10 +200,10 @@ impl StaticFiles {
             type_of: path.to_vec(),
             extra: vary.to_string(),
         };
-        let entry = self.fresh(req, IDENTITY, rel).ok_or_else(|| need(rel))?;
+        let entry = self.fresh(req, IDENTITY, rel)?.ok_or_else(|| need(rel))?;
         match entry.kind {
             Kind::Refused(code) => Ok(error_response(code)),
-            Kind::File => self.try_serve_file(req, &entry, rel),
+            Kind::File => self.try_serve_file(req, entry, rel),
             Kind::Dir => {
                 if !req.path.ends_with(b"/") {
                     return Ok(redirect_to_slash(req));
@@ -129,10 +212,10 @@ impl StaticFiles {
                     let mut path = rel.to_vec();
                     path.extend_from_slice(index.as_bytes());
                     let e = self
-                        .fresh(req, IDENTITY, &path)
+                        .fresh(req, IDENTITY, &path)?
                         .ok_or_else(|| need(&path))?;
                     if e.kind == Kind::File {
-                        return self.try_serve_file(req, &e, &path);
+                        return self.try_serve_file(req, e, &path);
                     }
                 }
                 if s.autoindex {
@@ -149,7 +232,7 @@ impl StaticFiles {
     fn try_serve_file(
         &self,
         req: &Request<'_>,
-        identity: &Rc<Entry>,
+        identity: Rc<Entry>,
         rel: &[u8],
     ) -> Result<Response, Need> {
         let s = &req.location.statics;
@@ -160,7 +243,7 @@ impl StaticFiles {
                 }
                 let variant = 1 + i as u8;
                 let sibling = sibling_path(rel, *enc);
-                let Some(e) = self.fresh(req, variant, &sibling) else {
+                let Some(e) = self.fresh(req, variant, &sibling)? else {
                     return Err(Need::Load {
                         variant,
                         path: sibling,
@@ -172,11 +255,14 @@ impl StaticFiles {
                     });
                 };
                 if e.kind == Kind::File {
-                    return Ok(respond_with(req, &e));
+                    return Ok(respond_with(req, &self.current(req, variant, &sibling, e)));
                 }
             }
         }
-        Ok(respond_with(req, identity))
+        Ok(respond_with(
+            req,
+            &self.current(req, IDENTITY, rel, identity),
+        ))
     }
 
     /// The slow path: load what is missing on the blocking pool, then answer.
@@ -185,6 +271,11 @@ impl StaticFiles {
             match self.try_serve(req) {
                 Ok(r) => return r,
                 Err(Need::Listing(dir)) => return listing(req, &dir).await,
+                Err(Need::Recheck(e)) => {
+                    if e.revalidating.get() {
+                        e.rechecked.notified().await;
+                    }
+                }
                 Err(Need::Load {
                     variant,
                     path,
@@ -207,12 +298,20 @@ impl StaticFiles {
         let (location, fc) = (req.location, &req.config.file_cache);
         let s = &location.statics;
         let (root, policy, small) = (s.root.clone(), s.symlinks, fc.small_file_max);
+        let (watcher, started) = (self.watcher(), self.epoch.get());
+        let id = location.id;
         let path = rel.to_vec();
-        let loaded =
-            tokio::task::spawn_blocking(move || load(&root, &path, policy, small, None)).await;
+        let loaded = tokio::task::spawn_blocking(move || {
+            if let Some(w) = watcher {
+                w.blocking_watch_parent(&root, id, &path);
+            }
+            load(&root, &path, policy, small, None)
+        })
+        .await;
         let content_type = mime::content_type(type_of, &s.types, s.charset.as_deref());
         let entry = entry_of(loaded, &content_type, extra)
             .unwrap_or_else(|| Entry::refused(500, content_type, extra));
+        entry.invalid.set(self.epoch.get() != started);
         self.cache
             .borrow_mut()
             .insert(location.id, variant, rel, entry, fc.entries, fc.memory);
@@ -228,7 +327,7 @@ fn entry_of(
 ) -> Option<Entry> {
     match loaded {
         Ok(Loaded::Found { file, stat, body }) => Some(Entry::found(
-            file,
+            Arc::new(file),
             stat,
             body,
             content_type.to_string(),
@@ -351,6 +450,11 @@ async fn listing(req: &Request<'_>, dir: &Entry) -> Response {
 
 impl Content for StaticFiles {
     fn produce<'r>(&'r self, req: &'r Request<'r>) -> Result<Outcome, Later<'r>> {
+        if let Some(Some(w)) = self.watcher.get() {
+            if w.apply_seen(&self.cache) {
+                self.epoch.set(self.epoch.get() + 1);
+            }
+        }
         match self.try_serve(req) {
             Ok(response) => Ok(Outcome::Respond(response)),
             Err(_) => Err(Box::pin(async move {
@@ -361,5 +465,8 @@ impl Content for StaticFiles {
 
     fn on_reload(&self) {
         self.cache.borrow_mut().clear();
+        if let Some(Some(w)) = self.watcher.get() {
+            w.forget();
+        }
     }
 }

@@ -16,5 +16,6 @@ mod handler;
 mod mime;
 mod open;
 mod ranges;
+mod watch;
 
 pub use handler::StaticFiles;

@@ -5,6 +5,7 @@
 //! allowed only in this module, and every use carries a `// SAFETY:` line.
 
 mod file;
+mod inotify;
 mod process;
 mod residency;
 mod send;
@@ -13,6 +14,7 @@ mod socket;
 pub use file::{
     blocking_read_dir, is_symlink_loop, open_beneath, stat_beneath, FileStat, OpenPolicy,
 };
+pub use inotify::{Change, DirWatch};
 pub use process::{pin_to_cpu, raise_nofile_limit};
 pub use residency::{blocking_warm, is_resident};
 pub use send::{sendfile, writev_more};
