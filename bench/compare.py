@@ -35,6 +35,7 @@ PAGE = ["/21k.html", "/img1.jpg", "/img2.jpg"]
 
 # name, paths (rotated per connection), connections, mode ("" | "pipeline" | "close")
 KEEPALIVE = [
+    ("0B c50", ["/empty.bin"], 50, ""),
     ("100B c50", ["/100.bin"], 50, ""),
     ("100B c1000", ["/100.bin"], 1000, ""),
     ("4KB c50", ["/4k.bin"], 50, ""),
@@ -55,7 +56,8 @@ def sh(cmd, **kw):
 
 def make_files():
     WWW.mkdir(parents=True, exist_ok=True)
-    specs = {"100.bin": 100, "4k.bin": 4096, "21k.html": 22016, "100m.bin": 100 << 20,
+    # empty.bin: a 0-byte file once hung a ramjet worker (issue 11); every server is asked.
+    specs = {"empty.bin": 0, "100.bin": 100, "4k.bin": 4096, "21k.html": 22016, "100m.bin": 100 << 20,
              "img1.jpg": 25600, "img2.jpg": 25600}
     for name, size in specs.items():
         p = WWW / name

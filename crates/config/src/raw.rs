@@ -85,6 +85,8 @@ pub struct RawFileCache {
     pub small_file_max: Option<Size>,
     /// How long a cached entry is trusted before its file is checked for changes.
     pub valid: Option<Seconds>,
+    /// Watch cached files' directories (inotify) and re-check a file as soon as it changes.
+    pub watch: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -223,6 +223,7 @@ impl Resolver<'_> {
             memory: c.memory.map_or(DEFAULT_CACHE_MEMORY, |s| s.0),
             small_file_max: c.small_file_max.map_or(DEFAULT_SMALL_FILE_MAX, |s| s.0),
             valid: c.valid.map_or(DEFAULT_CACHE_VALID, |s| s.0),
+            watch: c.watch.unwrap_or(true),
         };
 
         let defaults = raw.defaults.unwrap_or_default();

@@ -53,7 +53,12 @@ pub struct FileCacheOptions {
     pub entries: usize,
     pub memory: u64,
     pub small_file_max: u64,
+    /// The longest a changed file can be served from the cache: entries are re-checked
+    /// when older than this (requests wait for the re-check).
     pub valid: Duration,
+    /// Changes reported by inotify make their entries re-checked at once (lighttpd's
+    /// stat-cache-engine "inotify"); `valid` stays the backstop for what it cannot see.
+    pub watch: bool,
 }
 
 /// A virtual host: names and its locations, longest prefix first.

@@ -71,7 +71,11 @@ impl StaticFiles {
         }
     }
 
-    fn watcher(&self) -> Option<Arc<Watcher>> {
+    /// The change watcher, started on first use unless `file_cache.watch` is off.
+    fn watcher(&self, req: &Request<'_>) -> Option<Arc<Watcher>> {
+        if !req.config.file_cache.watch {
+            return None;
+        }
         self.watcher
             .get_or_init(|| Watcher::start(self.cache.clone(), self.epoch.clone()))
             .clone()
@@ -112,7 +116,8 @@ impl StaticFiles {
     fn revalidate(&self, req: &Request<'_>, variant: u8, path: &[u8], old: Rc<Entry>) {
         // Cleared now, not when done: a change reported during the re-check sets it again.
         old.invalid.set(false);
-        let (cache, epoch, watcher) = (self.cache.clone(), self.epoch.clone(), self.watcher());
+        let (cache, epoch) = (self.cache.clone(), self.epoch.clone());
+        let watcher = self.watcher(req);
         let started = epoch.get();
         let location = req.location.id;
         let s = &req.location.statics;
@@ -298,7 +303,7 @@ impl StaticFiles {
         let (location, fc) = (req.location, &req.config.file_cache);
         let s = &location.statics;
         let (root, policy, small) = (s.root.clone(), s.symlinks, fc.small_file_max);
-        let (watcher, started) = (self.watcher(), self.epoch.get());
+        let (watcher, started) = (self.watcher(req), self.epoch.get());
         let id = location.id;
         let path = rel.to_vec();
         let loaded = tokio::task::spawn_blocking(move || {

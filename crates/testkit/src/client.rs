@@ -35,6 +35,35 @@ impl Response {
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
+
+    /// The parts of a `multipart/byteranges` body: (part head, part bytes) each, or `None`
+    /// when the response is not multipart.
+    pub fn parts(&self) -> Option<Vec<(String, Vec<u8>)>> {
+        let ct = self.header("Content-Type")?;
+        let boundary = ct.strip_prefix("multipart/byteranges; boundary=")?;
+        let delim = format!("--{boundary}");
+        let text = self.body.as_slice();
+        let mut parts = Vec::new();
+        let mut pos = 0;
+        while let Some(i) = find(&text[pos..], delim.as_bytes()) {
+            let start = pos + i + delim.len();
+            if text[start..].starts_with(b"--") {
+                break;
+            }
+            let head_end = start + find(&text[start..], b"\r\n\r\n")? + 4;
+            let next = head_end + find(&text[head_end..], delim.as_bytes())?.checked_sub(2)?;
+            parts.push((
+                String::from_utf8_lossy(&text[start..head_end]).into_owned(),
+                text[head_end..next].to_vec(),
+            ));
+            pos = next;
+        }
+        Some(parts)
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 impl Client {

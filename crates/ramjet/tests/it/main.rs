@@ -3,10 +3,12 @@
 
 mod autoindex;
 mod bench;
+mod changes;
 mod codec;
 mod conditional;
 mod config;
 mod docs;
+mod edges;
 mod files;
 mod lifecycle;
 mod ranges;

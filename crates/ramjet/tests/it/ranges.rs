@@ -49,28 +49,7 @@ fn multipart_byteranges() {
     );
     let r = get_range(&s, "/m.bin", "Range: bytes=0-9,50-59,99990-\r\n");
     assert_eq!(r.status, 206);
-    let ct = r.header("Content-Type").unwrap();
-    let boundary = ct
-        .strip_prefix("multipart/byteranges; boundary=")
-        .expect("multipart");
-    let body = r.body.clone();
-    let delim = format!("--{boundary}");
-    let mut parts = Vec::new();
-    let text = body.as_slice();
-    let mut pos = 0;
-    while let Some(i) = find(&text[pos..], delim.as_bytes()) {
-        let start = pos + i + delim.len();
-        if text[start..].starts_with(b"--") {
-            break;
-        }
-        let head_end = start + find(&text[start..], b"\r\n\r\n").unwrap() + 4;
-        let next = head_end + find(&text[head_end..], delim.as_bytes()).unwrap() - 2;
-        parts.push((
-            String::from_utf8_lossy(&text[start..head_end]).into_owned(),
-            text[head_end..next].to_vec(),
-        ));
-        pos = next;
-    }
+    let parts = r.parts().expect("multipart");
     assert_eq!(parts.len(), 3);
     assert!(parts[0].0.contains("Content-Range: bytes 0-9/100000"));
     assert_eq!(parts[0].1, data[0..10]);
@@ -93,10 +72,6 @@ fn multipart_byteranges() {
     let (ok, out) = crate::curl(&["-r", "0-1,3-4", &s.url("/m.bin")]);
     assert!(ok && String::from_utf8_lossy(&out).contains("Content-Range: bytes 3-4/100000"));
     s.assert_clean_log(&[]);
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 #[test]
