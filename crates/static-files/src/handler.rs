@@ -456,7 +456,7 @@ async fn listing(req: &Request<'_>, dir: &Entry) -> Response {
 impl Content for StaticFiles {
     fn produce<'r>(&'r self, req: &'r Request<'r>) -> Result<Outcome, Later<'r>> {
         if let Some(Some(w)) = self.watcher.get() {
-            if w.apply_seen(&self.cache) {
+            if w.apply_queued(&self.cache) {
                 self.epoch.set(self.epoch.get() + 1);
             }
         }

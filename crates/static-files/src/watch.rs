@@ -10,6 +10,7 @@ use std::fs::File;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
 
 use ramjet_runtime::sys::{Change, DirWatch};
 
@@ -26,6 +27,27 @@ pub(crate) struct Watcher {
     dirs: Dirs,
     /// Adding a watch failed for lack of watches (ENOSPC): said once, then the timer alone.
     full: AtomicBool,
+    /// Set by the reactor when it wakes the watcher task (changes are queued), before any
+    /// task of that turn runs; cleared when the queue is read. A request checks it (one
+    /// load) and applies queued changes itself if the watcher task has not run yet.
+    queued: Arc<AtomicBool>,
+}
+
+/// The watcher task's waker, wrapped so that the reactor's wake-up also raises `queued`.
+struct Flagged {
+    queued: Arc<AtomicBool>,
+    task: Waker,
+}
+
+impl Wake for Flagged {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.queued.store(true, Ordering::Relaxed);
+        self.task.wake_by_ref();
+    }
 }
 
 impl Watcher {
@@ -48,23 +70,52 @@ impl Watcher {
             inotify,
             dirs: Mutex::new(HashMap::new()),
             full: AtomicBool::new(false),
+            queued: Arc::new(AtomicBool::new(false)),
         });
         let w = watcher.clone();
         tokio::task::spawn_local(async move {
-            loop {
-                // Every queued change marks its entries; then loads in flight learn that
-                // something changed while they ran.
-                let result = w.next(&cache).await;
-                epoch.set(epoch.get() + 1);
-                if let Err(e) = result {
-                    tracing::warn!(
-                        "inotify: {e}; changed files are noticed after file_cache.valid"
-                    );
-                    return;
+            let mut path = Vec::new();
+            let result = std::future::poll_fn(|cx| {
+                let flagged = Waker::from(Arc::new(Flagged {
+                    queued: w.queued.clone(),
+                    task: cx.waker().clone(),
+                }));
+                loop {
+                    w.queued.store(false, Ordering::Relaxed);
+                    let polled = w
+                        .inotify
+                        .poll_changes(&mut Context::from_waker(&flagged), |c| {
+                            w.apply(&mut cache.borrow_mut(), c, &mut path)
+                        });
+                    match polled {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Err(e)) => return Poll::Ready(e),
+                        // Loads in flight learn that something changed while they ran.
+                        Poll::Ready(Ok(())) => epoch.set(epoch.get() + 1),
+                    }
                 }
-            }
+            })
+            .await;
+            tracing::warn!("inotify: {result}; changed files are noticed after file_cache.valid");
         });
         Some(watcher)
+    }
+
+    /// Apply changes the reactor has already reported but the watcher task has not read
+    /// yet (it runs later in this turn): a request calls this before it reads the cache, so
+    /// a change made before the request was sent is applied before it is answered (the
+    /// reactor saw both in the same or an earlier turn). One atomic load when nothing is
+    /// queued. True if changes were read.
+    pub(crate) fn apply_queued(&self, cache: &RefCell<FileCache>) -> bool {
+        if !self.queued.swap(false, Ordering::Relaxed) {
+            return false;
+        }
+        let mut path = Vec::new();
+        // An error here is the watcher task's to report.
+        let _ = self
+            .inotify
+            .drain(|c| self.apply(&mut cache.borrow_mut(), c, &mut path));
+        true
     }
 
     /// Blocking side: watch the directory that holds `rel` (a cache key path of `location`)
@@ -101,24 +152,6 @@ impl Watcher {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
-    }
-
-    /// Wait for changes and mark the cache entries they name.
-    async fn next(&self, cache: &RefCell<FileCache>) -> std::io::Result<()> {
-        let mut path = Vec::new();
-        // The cache is borrowed per change, inside the callback: never across the wait.
-        self.inotify
-            .next(|change| self.apply(&mut cache.borrow_mut(), change, &mut path))
-            .await
-    }
-
-    /// Apply the changes the reactor has already seen, without waiting; true if any were
-    /// read. Errors are left to the waiting task, which reports them.
-    pub(crate) fn apply_seen(&self, cache: &RefCell<FileCache>) -> bool {
-        let mut path = Vec::new();
-        self.inotify
-            .poll_now(|change| self.apply(&mut cache.borrow_mut(), change, &mut path))
-            .unwrap_or(false)
     }
 
     fn apply(&self, cache: &mut FileCache, change: Change<'_>, path: &mut Vec<u8>) {

@@ -7,7 +7,7 @@ use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use tokio::io::unix::AsyncFd;
@@ -51,14 +51,6 @@ impl DirWatch {
         Ok(DirWatch { fd })
     }
 
-    /// Wait for changes, then hand every queued one to `f` (see [`DirWatch::drain`]).
-    pub async fn next(&self, f: impl FnMut(Change<'_>)) -> io::Result<()> {
-        let mut ready = self.fd.readable().await?;
-        let drained = self.drain(f);
-        ready.clear_ready();
-        drained
-    }
-
     /// Watch directory `rel_dir` (relative, may be empty) beneath the open directory `root`;
     /// returns the watch descriptor (the same one again for a directory already watched).
     /// Resolves a path, so it may block on disk: call it from the blocking pool.
@@ -83,26 +75,29 @@ impl DirWatch {
         )?)
     }
 
-    /// Hand queued changes to `f` now if the reactor has already seen the queue become
-    /// readable; no syscall when it has not. A request calls this before it reads the
-    /// cache, so a change made before the request was sent is applied before it is
-    /// answered (the reactor saw both in the same or an earlier poll). Returns whether
-    /// the queue was read.
-    pub fn poll_now(&self, f: impl FnMut(Change<'_>)) -> io::Result<bool> {
-        let mut cx = Context::from_waker(Waker::noop());
-        match self.fd.poll_read_ready(&mut cx) {
+    /// Poll for changes: when the reactor has seen the queue become readable, hand every
+    /// queued change to `f` (see [`DirWatch::drain`]) and clear the readiness; otherwise
+    /// `cx`'s waker is woken by the reactor when changes arrive.
+    pub fn poll_changes(
+        &self,
+        cx: &mut Context<'_>,
+        f: impl FnMut(Change<'_>),
+    ) -> Poll<io::Result<()>> {
+        match self.fd.poll_read_ready(cx) {
             Poll::Ready(Ok(mut ready)) => {
                 let drained = self.drain(f);
                 ready.clear_ready();
-                drained.map(|()| true)
+                Poll::Ready(drained)
             }
-            Poll::Ready(Err(e)) => Err(e),
-            Poll::Pending => Ok(false),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
         }
     }
 
     /// Hand every queued change to `f`, without blocking; returns when the queue is empty.
-    fn drain(&self, mut f: impl FnMut(Change<'_>)) -> io::Result<()> {
+    /// Reads the queue directly: callable at any time, also between the reactor's wake-up
+    /// and [`DirWatch::poll_changes`] (which then finds the queue empty).
+    pub fn drain(&self, mut f: impl FnMut(Change<'_>)) -> io::Result<()> {
         let mut buf = [MaybeUninit::<u8>::uninit(); EVENT_BUFFER];
         let mut reader = inotify::Reader::new(self.fd.get_ref(), &mut buf);
         loop {
