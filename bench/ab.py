@@ -102,10 +102,12 @@ def main():
     for name, r in res.items():
         med = {w: (statistics.median(x["rps"] for x in r[w]), statistics.median(x["per_cpu"] for x in r[w]))
                for w in "ab"}
-        spread = {w: (max(x["rps"] for x in r[w]) - min(x["rps"] for x in r[w])) / med[w][0] * 100 for w in "ab"}
+        spread = {w: (max(x["rps"] for x in r[w]) - min(x["rps"] for x in r[w])) / max(med[w][0], 1) * 100
+                  for w in "ab"}
         errs = {w: sum(x["errors"] for x in r[w]) for w in "ab"}
-        lines.append(f"| {name} | {med['a'][0]:,.0f} | {med['b'][0]:,.0f} | {med['b'][0] / med['a'][0]:.3f} | "
-                     f"{med['a'][1]:,.0f} | {med['b'][1]:,.0f} | {med['b'][1] / med['a'][1]:.3f} | "
+        ratio = [f"{med['b'][i] / med['a'][i]:.3f}" if med["a"][i] else "-" for i in (0, 1)]
+        lines.append(f"| {name} | {med['a'][0]:,.0f} | {med['b'][0]:,.0f} | {ratio[0]} | "
+                     f"{med['a'][1]:,.0f} | {med['b'][1]:,.0f} | {ratio[1]} | "
                      f"{errs['a']}/{errs['b']} | {spread['a']:.1f}% / {spread['b']:.1f}% |")
     text = "\n".join(lines) + "\n"
     print(text)
