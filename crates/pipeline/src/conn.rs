@@ -164,7 +164,7 @@ impl Conn {
                     };
                     let keep = head.keep_alive && body.is_ok() && !w.stopping.get();
                     let status = response.status;
-                    let unix_secs = queue(w, &mut self.out, response, &head, keep);
+                    let (unix_secs, keep) = queue(w, &mut self.out, response, &head, keep);
                     let pending = self.pending_of(&head, status, started, unix_secs);
                     self.pending.push(pending);
                     Answered {
@@ -231,13 +231,13 @@ impl Conn {
     fn fail<C: Content>(&mut self, w: &HttpWorker<C>, status: u16, version: Version) {
         let response = error_response(status);
         let resp = self.out.begin();
-        let len = response.body.len();
+        let framing = framing(&response, version);
         let mut date = w.date.borrow_mut();
         let (date, unix_secs) = date.now();
         self.out.head(resp, |out| {
-            encode_head(out, &response, date, version, false, Some(len))
+            encode_head(out, &response, date, version, false, framing)
         });
-        self.out.body(resp, response.body);
+        self.out.body(resp, response.body, false);
         self.pending.push(Pending {
             status,
             line: 0..0,
@@ -442,27 +442,51 @@ impl Conn {
     }
 }
 
+/// How a response body is delimited on the wire (RFC 9112 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// 1xx, 204, 304: no body, no length.
+    None,
+    Length(u64),
+    /// A stream to an HTTP/1.1 client.
+    Chunked,
+    /// A stream to an HTTP/1.0 client: the body ends when the connection closes.
+    Close,
+}
+
+fn framing(r: &Response, version: Version) -> Framing {
+    if matches!(r.status, 204 | 304) || r.status < 200 {
+        return Framing::None;
+    }
+    match r.body.length() {
+        Some(n) => Framing::Length(n),
+        None if version == Version::Http11 => Framing::Chunked,
+        None => Framing::Close,
+    }
+}
+
 /// Encode a response into the outbox (head, then body unless HEAD/304/204); returns the
-/// Unix time of its Date header.
+/// Unix time of its Date header and whether the connection stays open after it (not after
+/// a close-delimited body).
 fn queue<C: Content>(
     w: &HttpWorker<C>,
     out: &mut Outbox,
     response: Response,
     head: &RequestHead<'_>,
     keep: bool,
-) -> u64 {
+) -> (u64, bool) {
     let resp = out.begin();
-    let bodiless = matches!(response.status, 204 | 304) || response.status < 200;
-    let length = (!bodiless).then(|| response.body.len());
+    let framing = framing(&response, head.version);
+    let keep = keep && framing != Framing::Close;
     let mut date = w.date.borrow_mut();
     let (date, unix_secs) = date.now();
     out.head(resp, |o| {
-        encode_head(o, &response, date, head.version, keep, length)
+        encode_head(o, &response, date, head.version, keep, framing)
     });
-    if head.method != Method::Head && !bodiless {
-        out.body(resp, response.body);
+    if head.method != Method::Head && framing != Framing::None {
+        out.body(resp, response.body, framing == Framing::Chunked);
     }
-    unix_secs
+    (unix_secs, keep)
 }
 
 /// Status line and fixed headers, then the response's own, then framing (RFC 9112 §6).
@@ -472,7 +496,7 @@ fn encode_head(
     date: &[u8],
     version: Version,
     keep: bool,
-    length: Option<u64>,
+    framing: Framing,
 ) {
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(itoa::Buffer::new().format(r.status).as_bytes());
@@ -483,10 +507,14 @@ fn encode_head(
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(&r.shared_headers);
     out.extend_from_slice(&r.headers);
-    if let Some(len) = length {
-        out.extend_from_slice(b"Content-Length: ");
-        out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
-        out.extend_from_slice(b"\r\n");
+    match framing {
+        Framing::Length(len) => {
+            out.extend_from_slice(b"Content-Length: ");
+            out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        Framing::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        Framing::None | Framing::Close => {}
     }
     if !keep {
         out.extend_from_slice(b"Connection: close\r\n");

@@ -18,5 +18,5 @@ mod worker;
 
 pub use content::{Content, Later, Outcome, Request};
 pub use error_page::error_response;
-pub use response::{Body, Part, Response};
+pub use response::{Body, BodySource, Part, Response};
 pub use worker::{Generation, HttpWorker};

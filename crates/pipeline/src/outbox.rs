@@ -13,7 +13,7 @@ use ramjet_runtime::sys;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use crate::response::{Body, Part};
+use crate::response::{Body, BodySource, Part};
 
 /// Most bytes per sendfile call: one download cannot hold its worker longer than this takes
 /// (DESIGN.md §1: 256 KiB chunks roughly doubled throughput over unbounded calls here).
@@ -23,7 +23,6 @@ const WARM_WINDOW: u64 = 2 * 1024 * 1024;
 /// Most iovecs per writev.
 const MAX_IOV: usize = 64;
 
-#[derive(Debug)]
 enum Seg {
     /// `mem[start..end]`.
     Mem {
@@ -42,6 +41,23 @@ enum Seg {
         len: u64,
         resp: u32,
     },
+    /// A body pulled from its producer while it is written; `chunked` frames each piece.
+    Stream {
+        source: Box<dyn BodySource>,
+        chunked: bool,
+        resp: u32,
+    },
+}
+
+impl std::fmt::Debug for Seg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Seg::Mem { start, end, .. } => write!(f, "Mem({start}..{end})"),
+            Seg::Shared { bytes, .. } => write!(f, "Shared({} bytes)", bytes.len()),
+            Seg::File { offset, len, .. } => write!(f, "File({len} bytes at {offset})"),
+            Seg::Stream { chunked, .. } => write!(f, "Stream(chunked: {chunked})"),
+        }
+    }
 }
 
 /// Why a flush stopped.
@@ -136,10 +152,16 @@ impl Outbox {
         });
     }
 
-    /// Append the body of response `resp`. Empty pieces add no segment.
-    pub(crate) fn body(&mut self, resp: u32, body: Body) {
+    /// Append the body of response `resp`. Empty pieces add no segment. `chunked` frames a
+    /// stream body (HTTP/1.1); the other bodies carry a Content-Length.
+    pub(crate) fn body(&mut self, resp: u32, body: Body, chunked: bool) {
         match body {
             Body::Empty => {}
+            Body::Stream(source) => self.segs.push(Seg::Stream {
+                source,
+                chunked,
+                resp,
+            }),
             Body::Bytes(bytes) => self.bytes(resp, bytes),
             Body::File { file, offset, len } => self.file(resp, file, offset, len),
             Body::Parts(parts) => {
@@ -205,7 +227,25 @@ impl Outbox {
         send_timeout: Duration,
     ) -> Result<(), WriteError> {
         let mut at = Cursor::default();
-        while let Some(seg) = self.segs.get(at.seg) {
+        while let Some(seg) = self.segs.get_mut(at.seg) {
+            if let Seg::Stream {
+                source,
+                chunked,
+                resp,
+            } = seg
+            {
+                // Boxed like files: streams are rare next to cache hits.
+                Box::pin(pump(
+                    sink,
+                    &mut **source,
+                    *chunked,
+                    send_timeout,
+                    &mut self.body_written[*resp as usize],
+                ))
+                .await?;
+                at.seg += 1;
+                continue;
+            }
             if let Seg::File {
                 file,
                 offset,
@@ -234,7 +274,8 @@ impl Outbox {
                 let mut iov = [IoSlice::new(&[]); MAX_IOV];
                 let (n, file_follows) = self.gather(&at, &mut iov);
                 // The head goes with MSG_MORE when a file follows, so it shares a segment
-                // with the file's first bytes instead of leaving as a small packet.
+                // with the file's first bytes instead of leaving as a small packet. Not
+                // before a stream: its first piece may be long in coming.
                 sink.try_writev(&iov[..n], file_follows)
             };
             match attempt {
@@ -250,8 +291,8 @@ impl Outbox {
         Ok(())
     }
 
-    /// The memory segments from `at` up to the next file segment (or `MAX_IOV` of them) as
-    /// iovecs; also whether a file segment is what stopped the run.
+    /// The memory segments from `at` up to the next file or stream segment (or `MAX_IOV` of
+    /// them) as iovecs; also whether a file segment is what stopped the run.
     fn gather<'a>(&'a self, at: &Cursor, iov: &mut [IoSlice<'a>; MAX_IOV]) -> (usize, bool) {
         let mut n = 0;
         for seg in &self.segs[at.seg..] {
@@ -259,6 +300,7 @@ impl Outbox {
                 Seg::Mem { start, end, .. } => &self.mem[*start..*end],
                 Seg::Shared { bytes, .. } => bytes,
                 Seg::File { .. } => return (n, true),
+                Seg::Stream { .. } => return (n, false),
             };
             iov[n] = IoSlice::new(if n == 0 {
                 &slice[at.done as usize..]
@@ -285,7 +327,7 @@ impl Outbox {
                 }) => ((end - start) as u64, *resp, *body),
                 Some(Seg::Shared { bytes, resp }) => (bytes.len() as u64, *resp, true),
                 // A write never reports more than it was given.
-                Some(Seg::File { .. }) | None => return,
+                Some(Seg::File { .. } | Seg::Stream { .. }) | None => return,
             };
             let take = wrote.min(len - at.done);
             if body {
@@ -389,6 +431,93 @@ async fn send_file<S: Sink>(
         // Yield after every chunk: a fast reader must not hold the worker for more than one
         // chunk (256 KiB) while its other connections wait.
         tokio::task::yield_now().await;
+    }
+    Ok(())
+}
+
+/// Most bytes of a chunk-size line: 16 hex digits and CRLF.
+const CHUNK_LINE: usize = 18;
+
+/// Write a stream body as its producer yields it: each piece is written whole before the
+/// next is asked for (backpressure), an empty piece is skipped (in chunked framing it
+/// would read as the end), and the end is `0\r\n\r\n` when `chunked`. A producer error
+/// ends the flush without that end, so the client sees an incomplete body.
+async fn pump<S: Sink>(
+    sink: &S,
+    source: &mut dyn BodySource,
+    chunked: bool,
+    send_timeout: Duration,
+    written: &mut u64,
+) -> Result<(), WriteError> {
+    loop {
+        let piece = std::future::poll_fn(|cx| source.poll_next(cx)).await;
+        let bytes = match piece {
+            None => break,
+            Some(Err(e)) => return Err(WriteError::Io(e)),
+            Some(Ok(b)) if b.is_empty() => continue,
+            Some(Ok(b)) => b,
+        };
+        if chunked {
+            let mut line = [0u8; CHUNK_LINE];
+            let n = chunk_line(bytes.len(), &mut line);
+            write_fully(sink, &[&line[..n], &bytes, b"\r\n"], send_timeout).await?;
+        } else {
+            write_fully(sink, &[&bytes], send_timeout).await?;
+        }
+        *written += bytes.len() as u64;
+    }
+    if chunked {
+        write_fully(sink, &[b"0\r\n\r\n"], send_timeout).await?;
+    }
+    Ok(())
+}
+
+/// `len` in hex followed by CRLF; returns the bytes used of `out`.
+fn chunk_line(len: usize, out: &mut [u8; CHUNK_LINE]) -> usize {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let digits = (usize::BITS - len.leading_zeros()).div_ceil(4).max(1) as usize;
+    for (i, d) in out[..digits].iter_mut().enumerate() {
+        *d = HEX[(len >> (4 * (digits - 1 - i))) & 0xf];
+    }
+    out[digits..digits + 2].copy_from_slice(b"\r\n");
+    digits + 2
+}
+
+/// Most slices [`write_fully`] takes: size line, piece, CRLF.
+const MAX_PARTS: usize = 3;
+
+/// Write every byte of `parts` (at most [`MAX_PARTS`]), in order, with the same progress
+/// rule as the flush.
+async fn write_fully<S: Sink>(
+    sink: &S,
+    parts: &[&[u8]],
+    send_timeout: Duration,
+) -> Result<(), WriteError> {
+    debug_assert!(parts.len() <= MAX_PARTS);
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let mut done = 0;
+    while done < total {
+        let attempt = {
+            let mut iov = [IoSlice::new(&[]); MAX_PARTS];
+            let mut n = 0;
+            let mut skip = done;
+            for p in parts {
+                if skip >= p.len() {
+                    skip -= p.len();
+                    continue;
+                }
+                iov[n] = IoSlice::new(&p[skip..]);
+                skip = 0;
+                n += 1;
+            }
+            sink.try_writev(&iov[..n], false)
+        };
+        match attempt {
+            Ok(0) => return Err(WriteError::Io(io::ErrorKind::WriteZero.into())),
+            Ok(k) => done += k,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => sink.writable(send_timeout).await?,
+            Err(e) => return Err(WriteError::Io(e)),
+        }
     }
     Ok(())
 }

@@ -1,7 +1,10 @@
-//! Responses and bodies. A file body is a descriptor and a range, never bytes in memory.
+//! Responses and bodies. A file body is a descriptor and a range, never bytes in memory; a
+//! streamed body is pulled from its producer as the socket takes it.
 
 use std::fs::File;
+use std::io;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
 
@@ -19,7 +22,6 @@ pub struct Response {
 }
 
 /// A message body.
-#[derive(Debug, Clone)]
 pub enum Body {
     Empty,
     Bytes(Bytes),
@@ -31,6 +33,31 @@ pub enum Body {
     },
     /// A sequence of pieces (multipart/byteranges).
     Parts(Vec<Part>),
+    /// A body of unknown length produced over time (a backend's answer, a module's output):
+    /// chunked to HTTP/1.1 clients, delimited by closing the connection for HTTP/1.0.
+    Stream(Box<dyn BodySource>),
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Body::Empty => write!(f, "Empty"),
+            Body::Bytes(b) => write!(f, "Bytes({} bytes)", b.len()),
+            Body::File { offset, len, .. } => write!(f, "File({len} bytes at {offset})"),
+            Body::Parts(p) => write!(f, "Parts({} parts)", p.len()),
+            Body::Stream(_) => write!(f, "Stream"),
+        }
+    }
+}
+
+/// The producer of a [`Body::Stream`]. The connection polls it only when the socket has
+/// taken the previous piece, so a slow client holds the producer back (backpressure)
+/// instead of making the pipeline buffer what it produces.
+pub trait BodySource {
+    /// The next piece of the body, `Ready(None)` at its end. Empty pieces are skipped. An
+    /// error ends the connection without the body's end: the head has gone out, so an
+    /// incomplete body is the only signal left to the client.
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>>;
 }
 
 /// A piece of a [`Body::Parts`].
@@ -45,9 +72,9 @@ pub enum Part {
 }
 
 impl Body {
-    /// The body's length in bytes (the Content-Length).
-    pub fn len(&self) -> u64 {
-        match self {
+    /// The body's length in bytes (the Content-Length), or `None` for a stream.
+    pub fn length(&self) -> Option<u64> {
+        Some(match self {
             Body::Empty => 0,
             Body::Bytes(b) => b.len() as u64,
             Body::File { len, .. } => *len,
@@ -58,11 +85,8 @@ impl Body {
                     Part::File { len, .. } => *len,
                 })
                 .sum(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+            Body::Stream(_) => return None,
+        })
     }
 }
 

@@ -1,12 +1,23 @@
-//! Test-only fault injection (cargo feature `fault-injection`, never in a release build):
-//! a producer wrapper whose path `/__ramjet_fault/spin` makes the worker spin forever
-//! without returning to its event loop, so a test can show that TERM still ends the
-//! process within `timeouts.shutdown` (issue 11).
+//! Test-only fault injection (cargo feature `fault-injection`, never in a release build).
+//! Paths under `/__ramjet_fault/` make the producer misbehave on purpose:
+//! - `spin`: the worker spins forever without returning to its event loop, so a test can
+//!   show that TERM still ends the process within `timeouts.shutdown` (issue 11);
+//! - `stream/N`: a streamed body (unknown length) of N pieces whose sizes cycle through
+//!   [`PIECES`], empty ones included, each second poll `Pending`;
+//! - `stream-fail/N`: the same, failing after N pieces.
 
-use ramjet_pipeline::{Content, Later, Outcome, Request};
+use std::io;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use ramjet_pipeline::{Body, BodySource, Content, Later, Outcome, Request, Response};
 
 /// The path that spins the worker that reads it.
 const SPIN: &[u8] = b"/__ramjet_fault/spin";
+const STREAM: &[u8] = b"/__ramjet_fault/stream/";
+const STREAM_FAIL: &[u8] = b"/__ramjet_fault/stream-fail/";
+/// Piece sizes of a test stream, in turn: empty, one byte, small, one past a 64 KiB read.
+pub const PIECES: [usize; 4] = [0, 1, 1000, 65_537];
 
 /// Wraps the real producer; every other path goes to it untouched.
 pub struct Faults<C>(pub C);
@@ -19,6 +30,24 @@ impl<C: Content> Content for Faults<C> {
                 std::hint::spin_loop();
             }
         }
+        let stream = |prefix: &[u8], fail: bool| {
+            let n = std::str::from_utf8(req.path.strip_prefix(prefix)?)
+                .ok()?
+                .parse()
+                .ok()?;
+            let body = Body::Stream(Box::new(Pieces {
+                next: 0,
+                count: n,
+                fail,
+                pending: false,
+            }));
+            Some(Outcome::Respond(
+                Response::new(200, body).header("Content-Type", b"application/octet-stream"),
+            ))
+        };
+        if let Some(outcome) = stream(STREAM, false).or_else(|| stream(STREAM_FAIL, true)) {
+            return Ok(outcome);
+        }
         self.0.produce(req)
     }
 
@@ -28,5 +57,36 @@ impl<C: Content> Content for Faults<C> {
 
     fn on_tick(&self) {
         self.0.on_tick();
+    }
+}
+
+/// Piece `i` of a test stream: `PIECES[i % 4]` bytes of `i`'s low byte.
+pub fn piece(i: usize) -> Vec<u8> {
+    vec![i as u8; PIECES[i % PIECES.len()]]
+}
+
+struct Pieces {
+    next: usize,
+    count: usize,
+    fail: bool,
+    pending: bool,
+}
+
+impl BodySource for Pieces {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>> {
+        self.pending = !self.pending;
+        if self.pending {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        if self.next == self.count {
+            return Poll::Ready(if self.fail {
+                Some(Err(io::Error::other("fault injection: stream failed")))
+            } else {
+                None
+            });
+        }
+        self.next += 1;
+        Poll::Ready(Some(Ok(Bytes::from(piece(self.next - 1)))))
     }
 }

@@ -99,12 +99,40 @@ enum Piece {
     File { offset: u64, len: u64 },
 }
 
-/// One generated response: head size and body pieces (as one body or as parts).
+/// One generated response: head size and body pieces (as one body or as parts), or a
+/// stream of pieces of these sizes (chunked or not; failing at its end or not).
 #[derive(Debug, Clone)]
 struct Resp {
     head: usize,
     pieces: Vec<Piece>,
     parts: bool,
+    stream: Option<(Vec<usize>, bool, bool)>,
+}
+
+/// A scripted stream body: its pieces in order, every other poll `Pending` first (waking
+/// itself), then an error instead of the end when `fail`.
+struct Source {
+    pieces: std::vec::IntoIter<Bytes>,
+    fail: bool,
+    pending: bool,
+}
+
+impl crate::response::BodySource for Source {
+    fn poll_next(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<io::Result<Bytes>>> {
+        self.pending = !self.pending;
+        if self.pending {
+            cx.waker().wake_by_ref();
+            return std::task::Poll::Pending;
+        }
+        std::task::Poll::Ready(match self.pieces.next() {
+            Some(b) => Some(Ok(b)),
+            None if self.fail => Some(Err(io::ErrorKind::BrokenPipe.into())),
+            None => None,
+        })
+    }
 }
 
 /// Bytes to 0, 1, around the copy threshold, and larger; files to 0, 1 and around the
@@ -121,15 +149,25 @@ fn piece() -> impl Strategy<Value = Piece> {
 }
 
 fn resp() -> impl Strategy<Value = Resp> {
+    let stream = prop::option::weighted(
+        0.3,
+        (
+            prop::collection::vec(prop_oneof![Just(0usize), Just(1), 0..70_000usize], 0..5),
+            any::<bool>(),
+            any::<bool>(),
+        ),
+    );
     (
         prop_oneof![Just(0usize), 1..400usize],
         prop::collection::vec(piece(), 0..4),
         any::<bool>(),
+        stream,
     )
-        .prop_map(|(head, pieces, parts)| Resp {
+        .prop_map(|(head, pieces, parts, stream)| Resp {
             head,
             pieces,
             parts,
+            stream,
         })
 }
 
@@ -143,7 +181,8 @@ fn file() -> Arc<File> {
 }
 
 /// Fill an outbox with `resps`; returns the byte stream and body lengths it should write.
-fn fill(out: &mut Outbox, resps: &[Resp], file: &Arc<File>) -> (Vec<u8>, Vec<u64>) {
+/// Streams fail at their end only when `faults`.
+fn fill(out: &mut Outbox, resps: &[Resp], file: &Arc<File>, faults: bool) -> (Vec<u8>, Vec<u64>) {
     let mut expect = Vec::new();
     let mut bodies = Vec::new();
     for (r_i, r) in resps.iter().enumerate() {
@@ -151,6 +190,32 @@ fn fill(out: &mut Outbox, resps: &[Resp], file: &Arc<File>) -> (Vec<u8>, Vec<u64
         let head: Vec<u8> = (0..r.head).map(|i| b'a' + ((i + r_i) % 26) as u8).collect();
         out.head(resp, |o| o.extend_from_slice(&head));
         expect.extend_from_slice(&head);
+        if let Some((sizes, chunked, fail)) = &r.stream {
+            let pieces: Vec<Bytes> = sizes
+                .iter()
+                .map(|&n| Bytes::from((0..n).map(|i| (i % 13) as u8 + b'A').collect::<Vec<u8>>()))
+                .collect();
+            for p in pieces.iter().filter(|p| !p.is_empty()) {
+                if *chunked {
+                    expect.extend_from_slice(format!("{:x}\r\n", p.len()).as_bytes());
+                }
+                expect.extend_from_slice(p);
+                if *chunked {
+                    expect.extend_from_slice(b"\r\n");
+                }
+            }
+            if *chunked {
+                expect.extend_from_slice(b"0\r\n\r\n");
+            }
+            bodies.push(sizes.iter().sum::<usize>() as u64);
+            let source = Source {
+                pieces: pieces.into_iter(),
+                fail: faults && *fail,
+                pending: false,
+            };
+            out.body(resp, Body::Stream(Box::new(source)), *chunked);
+            continue;
+        }
         let mut body_len = 0;
         let mut parts = Vec::new();
         for p in &r.pieces {
@@ -177,7 +242,7 @@ fn fill(out: &mut Outbox, resps: &[Resp], file: &Arc<File>) -> (Vec<u8>, Vec<u64
         }
         bodies.push(body_len);
         if r.parts {
-            out.body(resp, Body::Parts(parts));
+            out.body(resp, Body::Parts(parts), false);
         } else {
             for p in parts {
                 out.body(
@@ -186,10 +251,11 @@ fn fill(out: &mut Outbox, resps: &[Resp], file: &Arc<File>) -> (Vec<u8>, Vec<u64
                         Part::Bytes(b) => Body::Bytes(b),
                         Part::File { file, offset, len } => Body::File { file, offset, len },
                     },
+                    false,
                 );
             }
         }
-        out.body(resp, Body::Empty);
+        out.body(resp, Body::Empty, false);
     }
     (expect, bodies)
 }
@@ -197,7 +263,7 @@ fn fill(out: &mut Outbox, resps: &[Resp], file: &Arc<File>) -> (Vec<u8>, Vec<u64
 fn flush(resps: &[Resp], seed: u64, zeros: bool, errors: bool) {
     let file = file();
     let mut out = Outbox::default();
-    let (expect, bodies) = fill(&mut out, resps, &file);
+    let (expect, bodies) = fill(&mut out, resps, &file, zeros || errors);
     let sink = Script {
         state: Cell::new(seed | 1),
         calls: Cell::new(0),
@@ -254,7 +320,7 @@ fn empty_bodies_issue_no_writes_of_their_own() {
     for _ in 0..3 {
         let resp = out.begin();
         out.head(resp, |o| o.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n"));
-        out.body(resp, Body::Bytes(Bytes::new()));
+        out.body(resp, Body::Bytes(Bytes::new()), false);
         out.body(
             resp,
             Body::File {
@@ -262,8 +328,9 @@ fn empty_bodies_issue_no_writes_of_their_own() {
                 offset: 7,
                 len: 0,
             },
+            false,
         );
-        out.body(resp, Body::Parts(vec![Part::Bytes(Bytes::new())]));
+        out.body(resp, Body::Parts(vec![Part::Bytes(Bytes::new())]), false);
     }
     let sink = Script {
         state: Cell::new(1),

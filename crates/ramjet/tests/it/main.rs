@@ -13,6 +13,7 @@ mod files;
 mod lifecycle;
 mod ranges;
 mod security;
+mod stream;
 
 use ramjet_testkit::Server;
 
