@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::content::Content;
 use crate::error_page::error_response;
 use crate::outbox::Outbox;
+use crate::request_body::{Finished, RequestBody};
 use crate::response::Response;
 use crate::stage;
 use crate::worker::{Generation, HttpWorker, READ_BUFFER};
@@ -46,8 +47,16 @@ struct Answered {
     head_len: usize,
     expect_continue: bool,
     keep: bool,
-    /// The body decoder, or why the body cannot be accepted (413).
-    body: Result<BodyDecoder, ramjet_http1::ErrorKind>,
+    /// How far the producer read the body (`None`: there is none), or why the body cannot
+    /// be accepted (413).
+    body: Result<Option<Finished>, ramjet_http1::ErrorKind>,
+}
+
+impl Answered {
+    /// The body was refused: unread input may follow, so close by draining it.
+    fn bad_body(&self) -> bool {
+        self.body.is_err()
+    }
 }
 
 enum ReadOutcome {
@@ -153,15 +162,29 @@ impl Conn {
                     return self.close().await;
                 }
                 Parse::Complete(head) => {
-                    let body = BodyDecoder::new(head.framing, config.limits.max_body);
                     let started = self.read_at;
-                    let response = match &body {
-                        Err(kind) => error_response(kind.status()),
-                        Ok(_) => match stage::respond(&w.content, config, &head, started) {
-                            Ok(response) => response,
-                            Err(later) => later.await,
-                        },
-                    };
+                    let (response, body) =
+                        match BodyDecoder::new(head.framing, config.limits.max_body) {
+                            Err(kind) => (error_response(kind.status()), Err(kind)),
+                            Ok(decoder) => {
+                                // 100 Continue only when no earlier response is still queued:
+                                // it must not overtake one.
+                                let reader = RequestBody::new(
+                                    &self.stream,
+                                    &self.buf[self.start + head.head_len()..],
+                                    decoder,
+                                    head.expect_continue && self.out.is_empty(),
+                                    self.read_at + config.timeouts.header,
+                                );
+                                let response = match stage::respond(
+                                    &w.content, config, &head, started, &reader,
+                                ) {
+                                    Ok(response) => response,
+                                    Err(later) => later.await,
+                                };
+                                (response, Ok(reader.finish()))
+                            }
+                        };
                     let keep = head.keep_alive && body.is_ok() && !w.stopping.get();
                     let status = response.status;
                     let (unix_secs, keep) = queue(w, &mut self.out, response, &head, keep);
@@ -176,18 +199,34 @@ impl Conn {
                 }
             };
             self.start += answered.head_len;
+            let bad_body = answered.bad_body();
+            // What the producer read of the body: past the buffered bytes it used, or, if it
+            // read the socket, the bytes it read past the body's end replace the buffer's rest.
+            let (mut decoder, continued) = match answered.body {
+                Err(_) => (None, false),
+                Ok(None) => (None, false),
+                Ok(Some(read)) => {
+                    match read.leftover {
+                        Some(rest) => {
+                            self.buf.truncate(self.start);
+                            self.buf.extend_from_slice(&rest);
+                        }
+                        None => self.start += read.used,
+                    }
+                    (Some(read.decoder), read.continued)
+                }
+            };
             if !answered.keep {
                 self.closing = true;
-                self.linger = answered.body.is_err();
+                self.linger = bad_body;
                 self.start = self.buf.len();
                 continue;
             }
-            if let Ok(mut decoder) = answered.body {
+            if let Some(decoder) = decoder.as_mut().filter(|d| !d.is_done()) {
                 // Boxed: request bodies are rare on a static server, and inline this future
                 // would grow every connection's state.
-                if !decoder.is_done()
-                    && !Box::pin(self.discard_body(w, &mut decoder, answered.expect_continue)).await
-                {
+                let expect = answered.expect_continue && !continued;
+                if !Box::pin(self.discard_body(w, decoder, expect)).await {
                     self.closing = true;
                     self.start = self.buf.len();
                     continue;

@@ -6,6 +6,7 @@ use std::pin::Pin;
 use ramjet_config::{Location, Resolved};
 use ramjet_http1::RequestHead;
 
+use crate::request_body::RequestBody;
 use crate::response::Response;
 
 /// A routed request as the content stage sees it.
@@ -23,6 +24,9 @@ pub struct Request<'r> {
     /// When the bytes of this request were read: a clock read once per batch, good enough
     /// for cache validity and cheaper than asking the kernel per request.
     pub now: tokio::time::Instant,
+    /// The request body, for a producer that reads it; what it leaves unread the pipeline
+    /// drains. A producer that takes no body answers methods that carry one itself (405).
+    pub body: &'r RequestBody<'r>,
 }
 
 /// What a producer did with a request.

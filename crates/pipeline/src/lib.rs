@@ -3,8 +3,8 @@
 //! Brief overview: [`HttpWorker`] is the runtime's per-thread [`ramjet_runtime::Worker`]; it
 //! runs one [`conn`] loop per connection. Each request goes through the stages listed in
 //! [`stage::STAGES`]; the content stage asks a [`Content`] producer, which answers with an
-//! [`Outcome`]. Responses are [`Response`]s whose [`Body`] is bytes, a file range (sent by
-//! sendfile) or parts; the [`outbox`] turns a batch of them into writev/sendfile calls.
+//! [`Outcome`]; it may read the request body through [`RequestBody`]. Responses are [`Response`]s whose [`Body`] is bytes, a file range (sent by
+//! sendfile), parts or a stream; the [`outbox`] turns a batch of them into writev/sendfile calls.
 #![forbid(unsafe_code)]
 
 mod conn;
@@ -12,11 +12,13 @@ mod content;
 mod date;
 mod error_page;
 mod outbox;
+mod request_body;
 mod response;
 pub mod stage;
 mod worker;
 
 pub use content::{Content, Later, Outcome, Request};
 pub use error_page::error_response;
+pub use request_body::{BodyError, RequestBody};
 pub use response::{Body, BodySource, Part, Response};
 pub use worker::{Generation, HttpWorker};

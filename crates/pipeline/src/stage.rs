@@ -3,13 +3,14 @@
 
 use ramjet_config::{Location, Resolved};
 use ramjet_http1::path::{self, CleanPath};
-use ramjet_http1::{Method, RequestHead};
+use ramjet_http1::RequestHead;
 
 use std::future::Future;
 use std::pin::Pin;
 
 use crate::content::{Content, Outcome, Request};
 use crate::error_page::error_response;
+use crate::request_body::RequestBody;
 use crate::response::Response;
 
 /// A stage of the request pipeline: its name and the statuses with which it may end a request.
@@ -35,11 +36,11 @@ pub const STAGES: [Stage; 9] = [
     },
     Stage {
         name: "admit",
-        may_end_with: "405 501",
+        may_end_with: "-",
     },
     Stage {
         name: "content",
-        may_end_with: "301 403 404",
+        may_end_with: "301 403 404 405 501",
     },
     Stage {
         name: "response filters",
@@ -62,14 +63,16 @@ pub const STAGES: [Stage; 9] = [
 /// A response that needs more work first (the content stage's slow path).
 pub(crate) type Pending<'r> = Pin<Box<dyn Future<Output = Response> + 'r>>;
 
-/// Stages 2–5 for one parsed request: route, admit, content (whose producer applies the
-/// conditional and range filters to its own representation). `Ok` is the answer now;
-/// `Err` is boxed work for a producer that has to wait (disk, listing).
+/// Stages 2–5 for one parsed request: route, admit, content (whose producer applies its
+/// method policy, and the conditional and range filters to its own representation). `Ok`
+/// is the answer now; `Err` is boxed work for a producer that has to wait (disk, listing,
+/// the request body).
 pub(crate) fn respond<'r, C: Content>(
     content: &'r C,
     config: &'r Resolved,
     head: &'r RequestHead<'r>,
     now: tokio::time::Instant,
+    body: &'r RequestBody<'r>,
 ) -> Result<Response, Pending<'r>> {
     // route
     let clean: CleanPath<'r> = match path::normalize(head.path) {
@@ -79,21 +82,17 @@ pub(crate) fn respond<'r, C: Content>(
     let Some(location) = config.route(head.host, &clean.path) else {
         return Ok(error_response(404));
     };
-    // admit
-    match head.method {
-        Method::Get | Method::Head => {}
-        Method::Other => return Ok(error_response(501)),
-        _ => return Ok(error_response(405)),
-    }
+    // admit: nothing yet (access rules and limits come here); method policy is the
+    // producer's.
     // content: the fast path answers from the producer's cache; if it cannot, the work is
     // redone inside one boxed future that owns the normalised path.
     let immediate = content
-        .produce(&request(head, &clean, location, config, now))
+        .produce(&request(head, &clean, location, config, now, body))
         .ok();
     match immediate {
         Some(outcome) => Ok(finish(outcome)),
         None => Err(Box::pin(async move {
-            let req = request(head, &clean, location, config, now);
+            let req = request(head, &clean, location, config, now, body);
             let outcome = match content.produce(&req) {
                 Ok(o) => o,
                 Err(later) => later.await,
@@ -110,6 +109,7 @@ fn request<'a>(
     location: &'a Location,
     config: &'a Resolved,
     now: tokio::time::Instant,
+    body: &'a RequestBody<'a>,
 ) -> Request<'a> {
     Request {
         head,
@@ -119,6 +119,7 @@ fn request<'a>(
         location,
         config,
         now,
+        body,
     }
 }
 

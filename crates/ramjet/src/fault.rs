@@ -4,7 +4,9 @@
 //!   show that TERM still ends the process within `timeouts.shutdown` (issue 11);
 //! - `stream/N`: a streamed body (unknown length) of N pieces whose sizes cycle through
 //!   [`PIECES`], empty ones included, each second poll `Pending`;
-//! - `stream-fail/N`: the same, failing after N pieces.
+//! - `stream-fail/N`: the same, failing after N pieces;
+//! - `echo`: any method; reads the request body piece by piece and answers with it, and
+//!   with the number of pieces in `X-Pieces` (what a proxy or module does with a body).
 
 use std::io;
 use std::task::{Context, Poll};
@@ -16,6 +18,7 @@ use ramjet_pipeline::{Body, BodySource, Content, Later, Outcome, Request, Respon
 const SPIN: &[u8] = b"/__ramjet_fault/spin";
 const STREAM: &[u8] = b"/__ramjet_fault/stream/";
 const STREAM_FAIL: &[u8] = b"/__ramjet_fault/stream-fail/";
+const ECHO: &[u8] = b"/__ramjet_fault/echo";
 /// Piece sizes of a test stream, in turn: empty, one byte, small, one past a 64 KiB read.
 pub const PIECES: [usize; 4] = [0, 1, 1000, 65_537];
 
@@ -48,6 +51,9 @@ impl<C: Content> Content for Faults<C> {
         if let Some(outcome) = stream(STREAM, false).or_else(|| stream(STREAM_FAIL, true)) {
             return Ok(outcome);
         }
+        if req.path == ECHO {
+            return Err(Box::pin(echo(req)));
+        }
         self.0.produce(req)
     }
 
@@ -58,6 +64,25 @@ impl<C: Content> Content for Faults<C> {
     fn on_tick(&self) {
         self.0.on_tick();
     }
+}
+
+async fn echo(req: &Request<'_>) -> Outcome {
+    let mut all = Vec::new();
+    let mut pieces = 0usize;
+    loop {
+        match req.body.next().await {
+            Ok(Some(piece)) => {
+                pieces += 1;
+                all.extend_from_slice(&piece);
+            }
+            Ok(None) => break,
+            Err(e) => return Outcome::Respond(ramjet_pipeline::error_response(e.status())),
+        }
+    }
+    Outcome::Respond(
+        Response::new(200, Body::Bytes(Bytes::from(all)))
+            .header("X-Pieces", pieces.to_string().as_bytes()),
+    )
 }
 
 /// Piece `i` of a test stream: `PIECES[i % 4]` bytes of `i`'s low byte.

@@ -455,6 +455,13 @@ async fn listing(req: &Request<'_>, dir: &Entry) -> Response {
 
 impl Content for StaticFiles {
     fn produce<'r>(&'r self, req: &'r Request<'r>) -> Result<Outcome, Later<'r>> {
+        // Method policy: files are read, never written (405 with `Allow`); a method this
+        // server does not know at all is 501 (RFC 9110 §9.1).
+        match req.head.method {
+            Method::Get | Method::Head => {}
+            Method::Other => return Ok(Outcome::Respond(error_response(501))),
+            _ => return Ok(Outcome::Respond(error_response(405))),
+        }
         if let Some(Some(w)) = self.watcher.get() {
             if w.apply_queued(&self.cache) {
                 self.epoch.set(self.epoch.get() + 1);

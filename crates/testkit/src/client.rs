@@ -77,6 +77,15 @@ impl Client {
         }
     }
 
+    /// A client over a connection the test already used by hand.
+    pub fn from_stream(stream: TcpStream) -> Client {
+        stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
     pub fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).expect("send");
     }

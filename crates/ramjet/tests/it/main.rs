@@ -12,6 +12,7 @@ mod edges;
 mod files;
 mod lifecycle;
 mod ranges;
+mod request_body;
 mod security;
 mod stream;
 

@@ -1,0 +1,236 @@
+//! The request body as a handler reads it: decoded by its framing (Content-Length or
+//! chunked, within `limits.max_body`) from the bytes already read after the head, then from
+//! the socket. What the handler leaves unread the pipeline drains by the same framing
+//! before the next request; bytes read past the body's end go back to the connection.
+
+use std::cell::Cell;
+
+use bytes::Bytes;
+use ramjet_http1::{BodyDecoder, ErrorKind};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// Bytes asked of the socket per read while a body is being read.
+const BODY_READ: usize = 64 * 1024;
+/// The interim answer to `Expect: 100-continue` (RFC 9110 §10.1.1).
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// Why a body could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyError {
+    /// Bad chunked framing.
+    Invalid,
+    /// Longer than `limits.max_body`.
+    TooLarge,
+    /// Not all of it arrived within `timeouts.header`.
+    Timeout,
+    /// The client closed or reset the connection.
+    Closed,
+    /// `next` was called again while a call was still running.
+    Busy,
+}
+
+impl BodyError {
+    /// The status a handler answers with (or would, if the client were still there).
+    pub fn status(self) -> u16 {
+        match self {
+            BodyError::Invalid | BodyError::Closed => 400,
+            BodyError::TooLarge => 413,
+            BodyError::Timeout => 408,
+            BodyError::Busy => 500,
+        }
+    }
+}
+
+/// A request's body, read on demand. Requests without a body hold no state. (The
+/// borrowed parts stay outside the `Cell`, so the type is covariant in `'r`.)
+pub struct RequestBody<'r> {
+    stream: Option<&'r TcpStream>,
+    /// Bytes after the head that were read with it.
+    buffered: &'r [u8],
+    has_body: bool,
+    state: Cell<Option<Box<State>>>,
+}
+
+impl std::fmt::Debug for RequestBody<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RequestBody")
+    }
+}
+
+/// Where the reading is: lives in the `Cell` while no `next` runs.
+struct State {
+    used: usize,
+    decoder: BodyDecoder,
+    /// Bytes read from the socket once `buffered` was used up, and how many are decoded.
+    extra: Vec<u8>,
+    extra_at: usize,
+    read_socket: bool,
+    /// `Expect: 100-continue` still to be answered before the first socket read.
+    continue_pending: bool,
+    continued: bool,
+    deadline: Instant,
+}
+
+/// What the pipeline takes back after the handler: the decoder (to drain the rest), how
+/// much of the buffered bytes the body used, and bytes read past it.
+pub(crate) struct Finished {
+    pub(crate) decoder: BodyDecoder,
+    pub(crate) used: usize,
+    /// `Some(bytes past the body)` when the socket was read: all buffered bytes were used.
+    pub(crate) leftover: Option<Vec<u8>>,
+    /// 100 Continue was sent.
+    pub(crate) continued: bool,
+}
+
+impl<'r> RequestBody<'r> {
+    /// A body decoded from `buffered`, then from `stream`, until `deadline`. `expect` asks
+    /// for 100 Continue before the first socket read (only when no earlier response is
+    /// still queued, so it cannot overtake one).
+    pub(crate) fn new(
+        stream: &'r TcpStream,
+        buffered: &'r [u8],
+        decoder: BodyDecoder,
+        expect: bool,
+        deadline: Instant,
+    ) -> RequestBody<'r> {
+        let state = (!decoder.is_done()).then(|| {
+            Box::new(State {
+                used: 0,
+                decoder,
+                extra: Vec::new(),
+                extra_at: 0,
+                read_socket: false,
+                continue_pending: expect,
+                continued: false,
+                deadline,
+            })
+        });
+        RequestBody {
+            stream: Some(stream),
+            buffered,
+            has_body: state.is_some(),
+            state: Cell::new(state),
+        }
+    }
+
+    /// No body (tests, and requests whose framing says none).
+    pub fn none() -> RequestBody<'static> {
+        RequestBody {
+            stream: None,
+            buffered: &[],
+            has_body: false,
+            state: Cell::new(None),
+        }
+    }
+
+    /// The next piece of the body, `Ok(None)` at its end (at once for a request without
+    /// one). Pieces are as large as what has arrived, up to 64 KiB.
+    pub async fn next(&self) -> Result<Option<Bytes>, BodyError> {
+        let Some(stream) = self.stream else {
+            return Ok(None);
+        };
+        let Some(mut state) = self.state.take() else {
+            // Either there is no body, or another call holds the state.
+            return if self.has_body {
+                Err(BodyError::Busy)
+            } else {
+                Ok(None)
+            };
+        };
+        let piece = state.next(stream, self.buffered).await;
+        self.state.set(Some(state));
+        piece
+    }
+
+    /// The rest of the body in one piece.
+    pub async fn collect(&self) -> Result<Bytes, BodyError> {
+        let mut all = Vec::new();
+        while let Some(piece) = self.next().await? {
+            all.extend_from_slice(&piece);
+        }
+        Ok(Bytes::from(all))
+    }
+
+    /// Hand the reading state back to the pipeline; `None` for a request without a body.
+    pub(crate) fn finish(self) -> Option<Finished> {
+        let state = self.state.into_inner()?;
+        Some(Finished {
+            decoder: state.decoder,
+            used: state.used,
+            leftover: state
+                .read_socket
+                .then(|| state.extra[state.extra_at..].to_vec()),
+            continued: state.continued,
+        })
+    }
+}
+
+impl State {
+    async fn next(
+        &mut self,
+        stream: &TcpStream,
+        buffered: &[u8],
+    ) -> Result<Option<Bytes>, BodyError> {
+        loop {
+            if self.decoder.is_done() {
+                return Ok(None);
+            }
+            let (input, at) = if self.read_socket {
+                (&self.extra[..], &mut self.extra_at)
+            } else {
+                (buffered, &mut self.used)
+            };
+            if *at < input.len() {
+                let step = self.decoder.decode(&input[*at..]).map_err(|k| match k {
+                    ErrorKind::PayloadTooLarge => BodyError::TooLarge,
+                    _ => BodyError::Invalid,
+                })?;
+                let piece = &input[*at..][step.data];
+                *at += step.consumed;
+                if !piece.is_empty() {
+                    return Ok(Some(Bytes::copy_from_slice(piece)));
+                }
+                continue;
+            }
+            self.read_more(stream).await?;
+        }
+    }
+
+    /// Everything decoded so far is used: read more from the socket.
+    async fn read_more(&mut self, stream: &TcpStream) -> Result<(), BodyError> {
+        if self.continue_pending {
+            self.continue_pending = false;
+            let mut sent = 0;
+            while sent < CONTINUE.len() {
+                tokio::time::timeout_at(self.deadline, stream.writable())
+                    .await
+                    .map_err(|_| BodyError::Timeout)?
+                    .map_err(|_| BodyError::Closed)?;
+                match stream.try_write(&CONTINUE[sent..]) {
+                    Ok(0) => return Err(BodyError::Closed),
+                    Ok(n) => sent += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(_) => return Err(BodyError::Closed),
+                }
+            }
+            self.continued = true;
+        }
+        self.read_socket = true;
+        self.extra.clear();
+        self.extra_at = 0;
+        self.extra.reserve(BODY_READ);
+        loop {
+            tokio::time::timeout_at(self.deadline, stream.readable())
+                .await
+                .map_err(|_| BodyError::Timeout)?
+                .map_err(|_| BodyError::Closed)?;
+            match stream.try_read_buf(&mut self.extra) {
+                Ok(0) => return Err(BodyError::Closed),
+                Ok(_) => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => return Err(BodyError::Closed),
+            }
+        }
+    }
+}
