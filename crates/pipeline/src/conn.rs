@@ -52,13 +52,6 @@ struct Answered {
     body: Result<Option<Finished>, ramjet_http1::ErrorKind>,
 }
 
-impl Answered {
-    /// The body was refused: unread input may follow, so close by draining it.
-    fn bad_body(&self) -> bool {
-        self.body.is_err()
-    }
-}
-
 enum ReadOutcome {
     Data,
     Eof,
@@ -176,13 +169,13 @@ impl Conn {
                                     head.expect_continue && self.out.is_empty(),
                                     self.read_at + config.timeouts.header,
                                 );
-                                let response = match stage::respond(
-                                    &w.content, config, &head, started, &reader,
+                                let (response, read) = match stage::respond(
+                                    &w.content, config, &head, started, reader,
                                 ) {
-                                    Ok(response) => response,
+                                    Ok(answer) => answer,
                                     Err(later) => later.await,
                                 };
-                                (response, Ok(reader.finish()))
+                                (response, Ok(read))
                             }
                         };
                     let keep = head.keep_alive && body.is_ok() && !w.stopping.get();
@@ -199,34 +192,24 @@ impl Conn {
                 }
             };
             self.start += answered.head_len;
-            let bad_body = answered.bad_body();
-            // What the producer read of the body: past the buffered bytes it used, or, if it
-            // read the socket, the bytes it read past the body's end replace the buffer's rest.
-            let (mut decoder, continued) = match answered.body {
-                Err(_) => (None, false),
-                Ok(None) => (None, false),
-                Ok(Some(read)) => {
-                    match read.leftover {
-                        Some(rest) => {
-                            self.buf.truncate(self.start);
-                            self.buf.extend_from_slice(&rest);
-                        }
-                        None => self.start += read.used,
-                    }
-                    (Some(read.decoder), read.continued)
-                }
-            };
-            if !answered.keep {
+            let Answered {
+                expect_continue,
+                keep,
+                body,
+                ..
+            } = answered;
+            let bad_body = body.is_err();
+            let unread = self.take_back(body, expect_continue);
+            if !keep {
                 self.closing = true;
                 self.linger = bad_body;
                 self.start = self.buf.len();
                 continue;
             }
-            if let Some(decoder) = decoder.as_mut().filter(|d| !d.is_done()) {
+            if let Some((mut decoder, expect)) = unread {
                 // Boxed: request bodies are rare on a static server, and inline this future
                 // would grow every connection's state.
-                let expect = answered.expect_continue && !continued;
-                if !Box::pin(self.discard_body(w, decoder, expect)).await {
+                if !Box::pin(self.discard_body(w, &mut decoder, expect)).await {
                     self.closing = true;
                     self.start = self.buf.len();
                     continue;
@@ -240,6 +223,20 @@ impl Conn {
                 return;
             }
         }
+    }
+
+    /// Take back what the producer read of the body: past the buffered bytes it used, or,
+    /// if it read the socket, the bytes it read past the body's end replace the buffer's
+    /// rest. Returns the decoder of a body still to drain, and whether its client waits for
+    /// a 100 Continue that was never sent.
+    fn take_back(
+        &mut self,
+        body: Result<Option<Finished>, ramjet_http1::ErrorKind>,
+        expect_continue: bool,
+    ) -> Option<(BodyDecoder, bool)> {
+        let read = body.ok().flatten()?;
+        let (decoder, continued) = read.give_back(&mut self.buf, &mut self.start);
+        (!decoder.is_done()).then_some((decoder, expect_continue && !continued))
     }
 
     /// Record where the log fields of `head` sit in the read buffer.

@@ -283,7 +283,9 @@ impl Outbox {
                 Ok(0) => return Err(WriteError::Io(io::ErrorKind::WriteZero.into())),
                 Ok(wrote) => self.advance(&mut at, wrote as u64),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    sink.writable(send_timeout).await?;
+                    // Boxed: the timer and readiness futures are a few hundred bytes, and
+                    // inline they would sit in every connection's state.
+                    Box::pin(sink.writable(send_timeout)).await?;
                 }
                 Err(e) => return Err(WriteError::Io(e)),
             }

@@ -72,15 +72,26 @@ struct State {
     deadline: Instant,
 }
 
-/// What the pipeline takes back after the handler: the decoder (to drain the rest), how
-/// much of the buffered bytes the body used, and bytes read past it.
-pub(crate) struct Finished {
-    pub(crate) decoder: BodyDecoder,
-    pub(crate) used: usize,
-    /// `Some(bytes past the body)` when the socket was read: all buffered bytes were used.
-    pub(crate) leftover: Option<Vec<u8>>,
-    /// 100 Continue was sent.
-    pub(crate) continued: bool,
+/// What the pipeline takes back after the producer: the reading state, boxed as it was
+/// (one pointer in the connection's state; only requests with a body have one).
+pub(crate) struct Finished(Box<State>);
+
+impl Finished {
+    /// Put back what the body reading took from the connection's buffer `buf` (unparsed
+    /// input from `*start`): advance past the buffered bytes it used, or, if it read the
+    /// socket (all buffered bytes used), replace the rest with the bytes it read past the
+    /// body's end. Returns the decoder (to drain what is left) and whether 100 Continue
+    /// was sent.
+    pub(crate) fn give_back(self, buf: &mut Vec<u8>, start: &mut usize) -> (BodyDecoder, bool) {
+        let st = *self.0;
+        if st.read_socket {
+            buf.truncate(*start);
+            buf.extend_from_slice(&st.extra[st.extra_at..]);
+        } else {
+            *start += st.used;
+        }
+        (st.decoder, st.continued)
+    }
 }
 
 impl<'r> RequestBody<'r> {
@@ -154,15 +165,7 @@ impl<'r> RequestBody<'r> {
 
     /// Hand the reading state back to the pipeline; `None` for a request without a body.
     pub(crate) fn finish(self) -> Option<Finished> {
-        let state = self.state.into_inner()?;
-        Some(Finished {
-            decoder: state.decoder,
-            used: state.used,
-            leftover: state
-                .read_socket
-                .then(|| state.extra[state.extra_at..].to_vec()),
-            continued: state.continued,
-        })
+        self.state.into_inner().map(Finished)
     }
 }
 

@@ -10,7 +10,7 @@ use std::pin::Pin;
 
 use crate::content::{Content, Outcome, Request};
 use crate::error_page::error_response;
-use crate::request_body::RequestBody;
+use crate::request_body::{Finished, RequestBody};
 use crate::response::Response;
 
 /// A stage of the request pipeline: its name and the statuses with which it may end a request.
@@ -60,44 +60,52 @@ pub const STAGES: [Stage; 9] = [
     },
 ];
 
-/// A response that needs more work first (the content stage's slow path).
-pub(crate) type Pending<'r> = Pin<Box<dyn Future<Output = Response> + 'r>>;
+/// A response, and how far its producer read the request body (`None`: it had none).
+pub(crate) type Answer = (Response, Option<Finished>);
+
+/// An answer that needs more work first (the content stage's slow path).
+pub(crate) type Pending<'r> = Pin<Box<dyn Future<Output = Answer> + 'r>>;
 
 /// Stages 2–5 for one parsed request: route, admit, content (whose producer applies its
 /// method policy, and the conditional and range filters to its own representation). `Ok`
 /// is the answer now; `Err` is boxed work for a producer that has to wait (disk, listing,
-/// the request body).
+/// the request body). The body reader is owned here, so on the slow path it lives in the
+/// boxed future, not in every connection's state.
 pub(crate) fn respond<'r, C: Content>(
     content: &'r C,
     config: &'r Resolved,
     head: &'r RequestHead<'r>,
     now: tokio::time::Instant,
-    body: &'r RequestBody<'r>,
-) -> Result<Response, Pending<'r>> {
+    body: RequestBody<'r>,
+) -> Result<Answer, Pending<'r>> {
     // route
     let clean: CleanPath<'r> = match path::normalize(head.path) {
         Ok(c) => c,
-        Err(_) => return Ok(error_response(400)),
+        Err(_) => return Ok((error_response(400), body.finish())),
     };
     let Some(location) = config.route(head.host, &clean.path) else {
-        return Ok(error_response(404));
+        return Ok((error_response(404), body.finish()));
     };
     // admit: nothing yet (access rules and limits come here); method policy is the
     // producer's.
     // content: the fast path answers from the producer's cache; if it cannot, the work is
-    // redone inside one boxed future that owns the normalised path.
+    // redone inside one boxed future that owns the normalised path and the body reader.
     let immediate = content
-        .produce(&request(head, &clean, location, config, now, body))
+        .produce(&request(head, &clean, location, config, now, &body))
         .ok();
     match immediate {
-        Some(outcome) => Ok(finish(outcome)),
+        Some(outcome) => Ok((finish(outcome), body.finish())),
         None => Err(Box::pin(async move {
-            let req = request(head, &clean, location, config, now, body);
-            let outcome = match content.produce(&req) {
-                Ok(o) => o,
-                Err(later) => later.await,
+            let outcome = {
+                let req = request(head, &clean, location, config, now, &body);
+                // Bound, not the block's tail: the producer's future must end before `req`.
+                let outcome = match content.produce(&req) {
+                    Ok(o) => o,
+                    Err(later) => later.await,
+                };
+                outcome
             };
-            finish(outcome)
+            (finish(outcome), body.finish())
         })),
     }
 }
