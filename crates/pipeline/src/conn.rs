@@ -229,6 +229,7 @@ impl Conn {
     /// if it read the socket, the bytes it read past the body's end replace the buffer's
     /// rest. Returns the decoder of a body still to drain, and whether its client waits for
     /// a 100 Continue that was never sent.
+    #[inline]
     fn take_back(
         &mut self,
         body: Result<Option<Finished>, ramjet_http1::ErrorKind>,
@@ -490,6 +491,7 @@ enum Framing {
     Close,
 }
 
+#[inline]
 fn framing(r: &Response, version: Version) -> Framing {
     if matches!(r.status, 204 | 304) || r.status < 200 {
         return Framing::None;

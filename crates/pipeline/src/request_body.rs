@@ -98,6 +98,7 @@ impl<'r> RequestBody<'r> {
     /// A body decoded from `buffered`, then from `stream`, until `deadline`. `expect` asks
     /// for 100 Continue before the first socket read (only when no earlier response is
     /// still queued, so it cannot overtake one).
+    #[inline]
     pub(crate) fn new(
         stream: &'r TcpStream,
         buffered: &'r [u8],
@@ -164,6 +165,7 @@ impl<'r> RequestBody<'r> {
     }
 
     /// Hand the reading state back to the pipeline; `None` for a request without a body.
+    #[inline]
     pub(crate) fn finish(self) -> Option<Finished> {
         self.state.into_inner().map(Finished)
     }
