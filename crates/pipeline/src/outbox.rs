@@ -443,7 +443,9 @@ const CHUNK_LINE: usize = 18;
 /// Write a stream body as its producer yields it: each piece is written whole before the
 /// next is asked for (backpressure), an empty piece is skipped (in chunked framing it
 /// would read as the end), and the end is `0\r\n\r\n` when `chunked`. A producer error
-/// ends the flush without that end, so the client sees an incomplete body.
+/// ends the flush without that end, so the client sees an incomplete body. Without
+/// chunked framing, a source of declared length is held to it: no byte past it is sent,
+/// and more or fewer bytes than declared end the connection.
 async fn pump<S: Sink>(
     sink: &S,
     source: &mut dyn BodySource,
@@ -451,22 +453,39 @@ async fn pump<S: Sink>(
     send_timeout: Duration,
     written: &mut u64,
 ) -> Result<(), WriteError> {
+    let mut left = if chunked { None } else { source.length() };
     loop {
         let piece = std::future::poll_fn(|cx| source.poll_next(cx)).await;
-        let bytes = match piece {
+        let mut bytes = match piece {
             None => break,
             Some(Err(e)) => return Err(WriteError::Io(e)),
             Some(Ok(b)) if b.is_empty() => continue,
             Some(Ok(b)) => b,
         };
+        let overrun = left.is_some_and(|l| bytes.len() as u64 > l);
+        if let Some(l) = left.as_mut() {
+            bytes.truncate(bytes.len().min(*l as usize));
+            *l -= bytes.len() as u64;
+        }
         if chunked {
             let mut line = [0u8; CHUNK_LINE];
             let n = chunk_line(bytes.len(), &mut line);
             write_fully(sink, &[&line[..n], &bytes, b"\r\n"], send_timeout).await?;
-        } else {
+        } else if !bytes.is_empty() {
             write_fully(sink, &[&bytes], send_timeout).await?;
         }
         *written += bytes.len() as u64;
+        if overrun {
+            return Err(WriteError::Io(io::Error::other(
+                "the body source yielded more than its declared length",
+            )));
+        }
+    }
+    if left.is_some_and(|l| l > 0) {
+        return Err(WriteError::Io(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "the body source ended before its declared length",
+        )));
     }
     if chunked {
         write_fully(sink, &[b"0\r\n\r\n"], send_timeout).await?;

@@ -58,6 +58,13 @@ pub trait BodySource {
     /// error ends the connection without the body's end: the head has gone out, so an
     /// incomplete body is the only signal left to the client.
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>>;
+
+    /// The exact length, when it is known before the first piece (a backend's
+    /// `Content-Length`): the response then carries it instead of chunked framing, and a
+    /// source that yields more or fewer bytes ends the connection (the head promised them).
+    fn length(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A piece of a [`Body::Parts`].
@@ -72,7 +79,8 @@ pub enum Part {
 }
 
 impl Body {
-    /// The body's length in bytes (the Content-Length), or `None` for a stream.
+    /// The body's length in bytes (the Content-Length), or `None` for a stream of unknown
+    /// length.
     pub fn length(&self) -> Option<u64> {
         Some(match self {
             Body::Empty => 0,
@@ -85,7 +93,7 @@ impl Body {
                     Part::File { len, .. } => *len,
                 })
                 .sum(),
-            Body::Stream(_) => return None,
+            Body::Stream(source) => return source.length(),
         })
     }
 }

@@ -5,6 +5,8 @@
 //! - `stream/N`: a streamed body (unknown length) of N pieces whose sizes cycle through
 //!   [`PIECES`], empty ones included, each second poll `Pending`;
 //! - `stream-fail/N`: the same, failing after N pieces;
+//! - `stream-len/N`, `stream-short/N`, `stream-long/N`: the same, declaring its length
+//!   exactly, one byte more than it yields, one byte less;
 //! - `echo`: any method; reads the request body piece by piece and answers with it, and
 //!   with the number of pieces in `X-Pieces` (what a proxy or module does with a body).
 
@@ -19,6 +21,9 @@ const SPIN: &[u8] = b"/__ramjet_fault/spin";
 const STREAM: &[u8] = b"/__ramjet_fault/stream/";
 const STREAM_FAIL: &[u8] = b"/__ramjet_fault/stream-fail/";
 const ECHO: &[u8] = b"/__ramjet_fault/echo";
+const STREAM_LEN: &[u8] = b"/__ramjet_fault/stream-len/";
+const STREAM_SHORT: &[u8] = b"/__ramjet_fault/stream-short/";
+const STREAM_LONG: &[u8] = b"/__ramjet_fault/stream-long/";
 /// Piece sizes of a test stream, in turn: empty, one byte, small, one past a 64 KiB read.
 pub const PIECES: [usize; 4] = [0, 1, 1000, 65_537];
 
@@ -33,22 +38,29 @@ impl<C: Content> Content for Faults<C> {
                 std::hint::spin_loop();
             }
         }
-        let stream = |prefix: &[u8], fail: bool| {
+        let stream = |prefix: &[u8], fail: bool, declared: Option<i64>| {
             let n = std::str::from_utf8(req.path.strip_prefix(prefix)?)
                 .ok()?
                 .parse()
                 .ok()?;
+            let total: usize = (0..n).map(|i| PIECES[i % PIECES.len()]).sum();
             let body = Body::Stream(Box::new(Pieces {
                 next: 0,
                 count: n,
                 fail,
                 pending: false,
+                declared: declared.map(|d| (total as i64 + d).max(0) as u64),
             }));
             Some(Outcome::Respond(
                 Response::new(200, body).header("Content-Type", b"application/octet-stream"),
             ))
         };
-        if let Some(outcome) = stream(STREAM, false).or_else(|| stream(STREAM_FAIL, true)) {
+        let outcome = stream(STREAM, false, None)
+            .or_else(|| stream(STREAM_FAIL, true, None))
+            .or_else(|| stream(STREAM_LEN, false, Some(0)))
+            .or_else(|| stream(STREAM_SHORT, false, Some(1)))
+            .or_else(|| stream(STREAM_LONG, false, Some(-1)));
+        if let Some(outcome) = outcome {
             return Ok(outcome);
         }
         if req.path == ECHO {
@@ -95,9 +107,15 @@ struct Pieces {
     count: usize,
     fail: bool,
     pending: bool,
+    /// The length it declares (total + 0, + 1 or - 1), if any.
+    declared: Option<u64>,
 }
 
 impl BodySource for Pieces {
+    fn length(&self) -> Option<u64> {
+        self.declared
+    }
+
     fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>> {
         self.pending = !self.pending;
         if self.pending {

@@ -107,6 +107,8 @@ struct Resp {
     pieces: Vec<Piece>,
     parts: bool,
     stream: Option<(Vec<usize>, bool, bool)>,
+    /// For an unchunked stream: declare no length, or the total plus this (-1, 0 or 1).
+    declared: Option<i8>,
 }
 
 /// A scripted stream body: its pieces in order, every other poll `Pending` first (waking
@@ -115,9 +117,14 @@ struct Source {
     pieces: std::vec::IntoIter<Bytes>,
     fail: bool,
     pending: bool,
+    declared: Option<u64>,
 }
 
 impl crate::response::BodySource for Source {
+    fn length(&self) -> Option<u64> {
+        self.declared
+    }
+
     fn poll_next(
         &mut self,
         cx: &mut std::task::Context<'_>,
@@ -162,12 +169,14 @@ fn resp() -> impl Strategy<Value = Resp> {
         prop::collection::vec(piece(), 0..4),
         any::<bool>(),
         stream,
+        prop::option::of(-1i8..=1),
     )
-        .prop_map(|(head, pieces, parts, stream)| Resp {
+        .prop_map(|(head, pieces, parts, stream, declared)| Resp {
             head,
             pieces,
             parts,
             stream,
+            declared,
         })
 }
 
@@ -207,11 +216,20 @@ fn fill(out: &mut Outbox, resps: &[Resp], file: &Arc<File>, faults: bool) -> (Ve
             if *chunked {
                 expect.extend_from_slice(b"0\r\n\r\n");
             }
-            bodies.push(sizes.iter().sum::<usize>() as u64);
+            let total = sizes.iter().sum::<usize>() as u64;
+            bodies.push(total);
+            // A declared length that is off is a fault: only in the faults run.
+            let declared = match r.declared {
+                Some(d) if !*chunked && (faults || d == 0) => {
+                    Some(total.saturating_add_signed(i64::from(d)))
+                }
+                _ => None,
+            };
             let source = Source {
                 pieces: pieces.into_iter(),
                 fail: faults && *fail,
                 pending: false,
+                declared,
             };
             out.body(resp, Body::Stream(Box::new(source)), *chunked);
             continue;

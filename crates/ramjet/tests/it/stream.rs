@@ -125,3 +125,61 @@ fn a_stream_that_fails_mid_body_ends_the_connection_without_the_last_chunk() {
     assert_eq!(s.get("/one.txt").text(), "1");
     s.assert_clean_log(&[]);
 }
+
+/// A stream of known length (a backend's Content-Length) keeps it on the wire, to HTTP/1.1
+/// and HTTP/1.0 alike, and keeps the connection; a source that yields fewer or more bytes
+/// than it declared ends the connection after at most the declared bytes.
+#[test]
+fn streams_of_declared_length_are_held_to_it() {
+    let s = server_with(&[("one.txt", b"1")], "workers = 1\n");
+    for n in [0usize, 1, 3, 6] {
+        let mut c = s.client();
+        let around = "GET /one.txt HTTP/1.1\r\nHost: t\r\n\r\n";
+        c.send(
+            format!("GET /__ramjet_fault/stream-len/{n} HTTP/1.1\r\nHost: t\r\n\r\n{around}")
+                .as_bytes(),
+        );
+        let r = c.response(false);
+        let want = expected(n);
+        assert_eq!(
+            r.header("Content-Length"),
+            Some(want.len().to_string()),
+            "{n}"
+        );
+        assert_eq!(r.header("Transfer-Encoding"), None);
+        assert!(r.body == want, "{n} pieces");
+        assert_eq!(c.response(false).text(), "1", "keep-alive after {n} pieces");
+    }
+    let mut c = s.client();
+    c.send(b"GET /__ramjet_fault/stream-len/3 HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /one.txt HTTP/1.0\r\n\r\n");
+    assert!(c.response(false).body == expected(3));
+    assert_eq!(
+        c.response(false).text(),
+        "1",
+        "HTTP/1.0 keep-alive with a known length"
+    );
+    for (path, declared) in [
+        ("stream-short", expected(6).len() + 1),
+        ("stream-long", expected(6).len() - 1),
+    ] {
+        let wire = raw(
+            &s,
+            &format!("GET /__ramjet_fault/{path}/6 HTTP/1.1\r\nHost: t\r\n\r\nGET /one.txt HTTP/1.1\r\nHost: t\r\n\r\n"),
+        );
+        let body_at = wire.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let head = String::from_utf8_lossy(&wire[..body_at]);
+        assert!(
+            head.contains(&format!("Content-Length: {declared}")),
+            "{head}"
+        );
+        let sent = &wire[body_at..];
+        assert!(sent.len() <= declared, "{path}: more bytes than declared");
+        assert!(expected(6).starts_with(sent), "{path}: other bytes");
+        assert_eq!(
+            String::from_utf8_lossy(sent).matches("HTTP/1.1 ").count(),
+            0,
+            "{path}: the connection ends, nothing follows"
+        );
+    }
+    s.assert_clean_log(&[]);
+}
