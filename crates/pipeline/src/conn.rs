@@ -63,6 +63,8 @@ enum ReadOutcome {
 struct Conn {
     stream: TcpStream,
     peer: SocketAddr,
+    /// Index of the listener the connection came in on (`HttpWorker::listener`).
+    listener: u16,
     buf: Vec<u8>,
     /// Start of unparsed input in `buf`.
     start: usize,
@@ -80,10 +82,16 @@ struct Conn {
     linger: bool,
 }
 
-pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, stream: TcpStream, peer: SocketAddr) {
+pub(crate) async fn run<C: Content>(
+    w: &HttpWorker<C>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    listener: u16,
+) {
     let mut conn = Conn {
         stream,
         peer,
+        listener,
         buf: Vec::new(),
         start: 0,
         out: Outbox::default(),
@@ -169,8 +177,9 @@ impl Conn {
                                     head.expect_continue && self.out.is_empty(),
                                     self.read_at + config.timeouts.header,
                                 );
+                                let addrs = (self.peer, w.listener(self.listener));
                                 let (response, read) = match stage::respond(
-                                    &w.content, config, &head, started, reader,
+                                    &w.content, config, &head, started, addrs, reader,
                                 ) {
                                     Ok(answer) => answer,
                                     Err(later) => later.await,
@@ -595,8 +604,8 @@ mod state_size {
             let config = ramjet_config::for_directory(&std::env::temp_dir(), &[], false).unwrap();
             let access_log = ramjet_observe::AccessLog::open(&config.access_log).unwrap();
             let generation = std::sync::Arc::new(crate::Generation { config, access_log });
-            let worker = crate::HttpWorker::new(generation, Nothing);
-            let future = super::run(&worker, stream, addr);
+            let worker = crate::HttpWorker::new(generation, Nothing, std::sync::Arc::from([addr]));
+            let future = super::run(&worker, stream, addr, 0);
             let size = std::mem::size_of_val(&future);
             assert!(
                 size <= CONNECTION_STATE_BUDGET,

@@ -24,6 +24,10 @@ pub struct Request<'r> {
     /// When the bytes of this request were read: a clock read once per batch, good enough
     /// for cache validity and cheaper than asking the kernel per request.
     pub now: tokio::time::Instant,
+    /// The client's address (the peer of the connection).
+    pub client: std::net::SocketAddr,
+    /// The address the connection came in on (the listener's).
+    pub listener: std::net::SocketAddr,
     /// The request body, for a producer that reads it; what it leaves unread the pipeline
     /// drains. A producer that takes no body answers methods that carry one itself (405).
     pub body: &'r RequestBody<'r>,

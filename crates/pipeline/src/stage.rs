@@ -6,6 +6,7 @@ use ramjet_http1::path::{self, CleanPath};
 use ramjet_http1::RequestHead;
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 
 use crate::content::{Content, Outcome, Request};
@@ -76,8 +77,10 @@ pub(crate) fn respond<'r, C: Content>(
     config: &'r Resolved,
     head: &'r RequestHead<'r>,
     now: tokio::time::Instant,
+    (client, listener): (SocketAddr, SocketAddr),
     body: RequestBody<'r>,
 ) -> Result<Answer, Pending<'r>> {
+    let addrs = Addrs { client, listener };
     // route
     let clean: CleanPath<'r> = match path::normalize(head.path) {
         Ok(c) => c,
@@ -91,13 +94,13 @@ pub(crate) fn respond<'r, C: Content>(
     // content: the fast path answers from the producer's cache; if it cannot, the work is
     // redone inside one boxed future that owns the normalised path and the body reader.
     let immediate = content
-        .produce(&request(head, &clean, location, config, now, &body))
+        .produce(&request(head, &clean, location, config, now, addrs, &body))
         .ok();
     match immediate {
         Some(outcome) => Ok((finish(outcome), body.finish())),
         None => Err(Box::pin(async move {
             let outcome = {
-                let req = request(head, &clean, location, config, now, &body);
+                let req = request(head, &clean, location, config, now, addrs, &body);
                 // Bound, not the block's tail: the producer's future must end before `req`.
                 let outcome = match content.produce(&req) {
                     Ok(o) => o,
@@ -117,6 +120,7 @@ fn request<'a>(
     location: &'a Location,
     config: &'a Resolved,
     now: tokio::time::Instant,
+    addrs: Addrs,
     body: &'a RequestBody<'a>,
 ) -> Request<'a> {
     Request {
@@ -127,8 +131,17 @@ fn request<'a>(
         location,
         config,
         now,
+        client: addrs.client,
+        listener: addrs.listener,
         body,
     }
+}
+
+/// Who sent a request, and where it came in.
+#[derive(Clone, Copy)]
+struct Addrs {
+    client: SocketAddr,
+    listener: SocketAddr,
 }
 
 fn finish(outcome: Outcome) -> Response {

@@ -29,6 +29,8 @@ pub struct Generation {
 /// One worker thread's HTTP state. Single-threaded: `Cell`/`RefCell`, no atomics.
 pub struct HttpWorker<C: Content> {
     pub(crate) content: C,
+    /// The addresses connections come in on, by listener index.
+    listeners: Arc<[SocketAddr]>,
     current: RefCell<Arc<Generation>>,
     /// Bumped on reload; connections compare it per request to pick up the new config.
     pub(crate) generation: Cell<u64>,
@@ -42,9 +44,16 @@ pub struct HttpWorker<C: Content> {
 }
 
 impl<C: Content> HttpWorker<C> {
-    pub fn new(generation: Arc<Generation>, content: C) -> HttpWorker<C> {
+    /// `listeners`: the bound addresses, in the runtime's order (a connection's listener
+    /// index points into it).
+    pub fn new(
+        generation: Arc<Generation>,
+        content: C,
+        listeners: Arc<[SocketAddr]>,
+    ) -> HttpWorker<C> {
         HttpWorker {
             content,
+            listeners,
             log: RefCell::new(LogBuffer::new(generation.access_log.clone())),
             current: RefCell::new(generation),
             generation: Cell::new(0),
@@ -55,6 +64,15 @@ impl<C: Content> HttpWorker<C> {
             buffers: RefCell::new(Vec::new()),
             batches: RefCell::new(Vec::new()),
         }
+    }
+
+    /// The address of listener `at` (unspecified if out of range, which the runtime never
+    /// gives).
+    pub(crate) fn listener(&self, at: u16) -> SocketAddr {
+        self.listeners
+            .get(usize::from(at))
+            .copied()
+            .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)))
     }
 
     /// The configuration in force now.
@@ -114,14 +132,14 @@ impl Drop for OpenGuard<'_> {
 impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
     type Config = Generation;
 
-    async fn serve(self: Rc<Self>, stream: TcpStream, peer: SocketAddr) {
+    async fn serve(self: Rc<Self>, stream: TcpStream, peer: SocketAddr, listener: usize) {
         let max = self.current.borrow().config.limits.max_connections;
         if self.open.get() >= max || self.stopping.get() {
             return;
         }
         self.open.set(self.open.get() + 1);
         let _guard = OpenGuard(&self.open);
-        crate::conn::run(&self, stream, peer).await;
+        crate::conn::run(&self, stream, peer, listener as u16).await;
     }
 
     fn reload(&self, generation: Arc<Generation>) {

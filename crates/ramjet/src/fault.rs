@@ -7,8 +7,9 @@
 //! - `stream-fail/N`: the same, failing after N pieces;
 //! - `stream-len/N`, `stream-short/N`, `stream-long/N`: the same, declaring its length
 //!   exactly, one byte more than it yields, one byte less;
-//! - `echo`: any method; reads the request body piece by piece and answers with it, and
-//!   with the number of pieces in `X-Pieces` (what a proxy or module does with a body).
+//! - `echo`: any method; reads the request body piece by piece and answers with it, with
+//!   the number of pieces in `X-Pieces` (what a proxy or module does with a body), and the
+//!   client and listener addresses in `X-Client` and `X-Listener`.
 
 use std::io;
 use std::task::{Context, Poll};
@@ -93,7 +94,9 @@ async fn echo(req: &Request<'_>) -> Outcome {
     }
     Outcome::Respond(
         Response::new(200, Body::Bytes(Bytes::from(all)))
-            .header("X-Pieces", pieces.to_string().as_bytes()),
+            .header("X-Pieces", pieces.to_string().as_bytes())
+            .header("X-Client", req.client.to_string().as_bytes())
+            .header("X-Listener", req.listener.to_string().as_bytes()),
     )
 }
 

@@ -153,7 +153,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         pin,
         BLOCKING_THREADS_PER_WORKER,
         current.clone(),
-        |_, generation| HttpWorker::new(generation, content()),
+        {
+            let bound: Arc<[SocketAddr]> = addrs.clone().into();
+            move |_, generation| HttpWorker::new(generation, content(), bound.clone())
+        },
     )?;
     for addr in &addrs {
         tracing::info!("listening on http://{addr} ({workers} workers)");

@@ -14,7 +14,8 @@ const BACKLOG: i32 = 4096;
 #[derive(Debug)]
 pub struct Listeners {
     pub per_worker: Vec<Vec<TcpListener>>,
-    /// The bound addresses (port 0 resolved to the real port).
+    /// The bound addresses (port 0 resolved to the real port), in the order of each
+    /// worker's list.
     pub addrs: Vec<SocketAddr>,
 }
 

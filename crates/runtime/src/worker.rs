@@ -33,10 +33,12 @@ pub trait Worker: 'static {
     /// The configuration type swapped on reload.
     type Config: Send + Sync + 'static;
     /// Serve one accepted connection until it closes. Runs as its own local task.
+    /// `listener` is the index of the address it came in on, in [`Listeners::addrs`].
     fn serve(
         self: Rc<Self>,
         stream: TcpStream,
         peer: SocketAddr,
+        listener: usize,
     ) -> impl Future<Output = ()> + 'static;
     /// A new configuration: requests that start from now on must use it.
     fn reload(&self, config: Arc<Self::Config>);
@@ -147,9 +149,9 @@ async fn run_worker<W, F>(
 {
     let worker = Rc::new(make(index, config_rx.borrow_and_update().clone()));
     let mut tasks = Vec::new();
-    for sock in socks {
+    for (at, sock) in socks.into_iter().enumerate() {
         match TcpListener::from_std(sock) {
-            Ok(listener) => tasks.push(spawn_local(accept_loop(worker.clone(), listener))),
+            Ok(listener) => tasks.push(spawn_local(accept_loop(worker.clone(), listener, at))),
             Err(e) => tracing::error!("worker {index}: listener: {e}"),
         }
     }
@@ -195,11 +197,11 @@ async fn run_worker<W, F>(
     worker.finish();
 }
 
-async fn accept_loop<W: Worker>(worker: Rc<W>, listener: TcpListener) {
+async fn accept_loop<W: Worker>(worker: Rc<W>, listener: TcpListener, at: usize) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                spawn_local(worker.clone().serve(stream, peer));
+                spawn_local(worker.clone().serve(stream, peer, at));
             }
             Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) => {
                 tracing::warn!("accept: out of file descriptors ({e}); pausing accepts");

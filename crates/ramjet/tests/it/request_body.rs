@@ -148,3 +148,41 @@ fn a_client_vanishing_mid_body_leaves_the_worker_healthy() {
     s.assert_idle();
     s.assert_clean_log(&[]);
 }
+
+/// The producer sees the client's address and the listener the connection came in on, for
+/// each of several listeners (IPv4 and IPv6).
+#[test]
+fn the_producer_sees_client_and_listener_addresses() {
+    let s = server_with(
+        &[("one.txt", b"1")],
+        "listen = [\"127.0.0.1:0\", \"[::1]:0\"]\nworkers = 2\n",
+    );
+    assert!(s.wait_for_log("listening on http://[::1]", Duration::from_secs(10)));
+    let v6: std::net::SocketAddr = s
+        .stderr()
+        .iter()
+        .filter_map(|l| {
+            l.split("listening on http://")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .find(|a: &std::net::SocketAddr| a.is_ipv6())
+        .expect("an IPv6 listener");
+    for addr in [s.addr, v6] {
+        for _ in 0..4 {
+            let mut t = TcpStream::connect(addr).unwrap();
+            let local = t.local_addr().unwrap();
+            t.write_all(
+                format!("GET {ECHO} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
+            .unwrap();
+            let r = ramjet_testkit::Client::from_stream(t).response(false);
+            assert_eq!(r.header("X-Client"), Some(local.to_string()));
+            assert_eq!(r.header("X-Listener"), Some(addr.to_string()));
+        }
+    }
+    s.assert_clean_log(&[]);
+}
