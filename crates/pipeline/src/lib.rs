@@ -11,6 +11,7 @@ mod conn;
 mod content;
 mod date;
 mod error_page;
+pub mod filters;
 mod outbox;
 mod request_body;
 mod response;

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use bytes::Bytes;
+use ramjet_pipeline::filters::Representation;
+use ramjet_pipeline::{Body, Part};
 use ramjet_runtime::sys::FileStat;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -119,6 +121,52 @@ impl Entry {
 
     pub(crate) fn validators(&self) -> Bytes {
         self.head.slice(self.validators_at..)
+    }
+}
+
+impl Representation for Entry {
+    fn etag(&self) -> &[u8] {
+        &self.etag
+    }
+
+    fn modified(&self) -> u64 {
+        self.mtime
+    }
+
+    fn length(&self) -> u64 {
+        self.size()
+    }
+
+    fn content_type(&self) -> &str {
+        &self.content_type
+    }
+
+    fn headers(&self) -> Bytes {
+        self.head.clone()
+    }
+
+    fn validators(&self) -> Bytes {
+        Entry::validators(self)
+    }
+
+    fn slice(&self, start: u64, end: u64) -> Part {
+        match (&self.body, &self.file) {
+            (Some(b), _) => Part::Bytes(b.slice(start as usize..end as usize)),
+            (None, Some(file)) => Part::File {
+                file: file.clone(),
+                offset: start,
+                len: end - start,
+            },
+            // Only file entries are answered from: they always have one or the other.
+            (None, None) => Part::Bytes(Bytes::new()),
+        }
+    }
+
+    fn body(&self) -> Body {
+        match self.slice(0, self.size()) {
+            Part::Bytes(b) => Body::Bytes(b),
+            Part::File { file, offset, len } => Body::File { file, offset, len },
+        }
     }
 }
 

@@ -7,19 +7,17 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use ramjet_config::Encoding;
-use ramjet_http1::range::{parse_range, RangeOutcome};
 use ramjet_http1::Method;
-use ramjet_pipeline::{error_response, Body, Content, Later, Outcome, Request, Response};
+use ramjet_pipeline::{error_response, filters, Body, Content, Later, Outcome, Request, Response};
 use ramjet_runtime::sys::FileStat;
 use tokio::time::Instant;
 
 use crate::autoindex::{self, Format, Sort};
 use crate::cache::{stale, Entry, FileCache, Kind};
-use crate::conditional::{evaluate, if_range_holds, Verdict};
 use crate::encoding::accepts;
+use crate::mime;
 use crate::open::{load, Loaded};
 use crate::watch::Watcher;
-use crate::{mime, ranges};
 
 /// Cache variant of the identity representation; encodings use 1 + their index.
 const IDENTITY: u8 = 0;
@@ -353,42 +351,9 @@ fn sibling_path(rel: &[u8], enc: Encoding) -> Vec<u8> {
     p
 }
 
-/// Conditionals, then ranges, then the full representation.
+/// The pipeline's filters (conditionals, then ranges, then the whole file) on an entry.
 fn respond_with(req: &Request<'_>, entry: &Entry) -> Response {
-    match evaluate(req.head, &entry.etag, entry.mtime) {
-        Verdict::NotModified => {
-            let mut r = Response::new(304, Body::Empty);
-            r.shared_headers = entry.validators();
-            return r;
-        }
-        Verdict::PreconditionFailed => return error_response(412),
-        Verdict::Proceed => {}
-    }
-    if let (Method::Get, Some(range)) = (req.head.method, req.head.range) {
-        let applies = req
-            .head
-            .if_range
-            .is_none_or(|v| if_range_holds(v, &entry.etag, entry.mtime));
-        if applies {
-            match parse_range(range, entry.size(), req.location.statics.max_ranges) {
-                RangeOutcome::Full => {}
-                RangeOutcome::Unsatisfiable => return ranges::unsatisfiable(entry),
-                RangeOutcome::Partial(rs) if rs.len() == 1 => return ranges::single(entry, rs[0]),
-                RangeOutcome::Partial(rs) => return ranges::multi(entry, &rs),
-            }
-        }
-    }
-    let body = match &entry.body {
-        Some(b) => Body::Bytes(b.clone()),
-        None => Body::File {
-            file: entry.file.clone().expect("a file entry has a descriptor"),
-            offset: 0,
-            len: entry.size(),
-        },
-    };
-    let mut r = Response::new(200, body);
-    r.shared_headers = entry.head.clone();
-    r
+    filters::respond(req.head, entry, req.location.statics.max_ranges)
 }
 
 /// 301 to the same path with a slash, query kept (as nginx and Apache do).

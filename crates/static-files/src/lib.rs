@@ -4,18 +4,18 @@
 //! Brief overview: [`StaticFiles`] implements [`ramjet_pipeline::Content`]. A request's path
 //! is looked up in the worker's [`cache`]; a miss or an entry older than `file_cache.valid`
 //! is (re)opened on the blocking pool by [`open`], which lets the kernel enforce that nothing
-//! leaves the root. [`conditional`], [`ranges`] and [`encoding`] shape the response;
+//! leaves the root. A cache entry is a `ramjet_pipeline::filters::Representation`, so the
+//! pipeline's conditional and range filters shape the response; [`encoding`] picks a
+//! precompressed sibling;
 //! [`autoindex`] renders directory listings.
 #![forbid(unsafe_code)]
 
 mod autoindex;
 mod cache;
-mod conditional;
 mod encoding;
 mod handler;
 mod mime;
 mod open;
-mod ranges;
 mod watch;
 
 pub use handler::StaticFiles;

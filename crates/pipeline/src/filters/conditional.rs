@@ -7,14 +7,14 @@ use ramjet_http1::{Method, RequestHead};
 
 /// What the preconditions say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
+pub enum Verdict {
     Proceed,
     NotModified,
     PreconditionFailed,
 }
 
 /// Evaluate preconditions against a representation's strong `etag` and `mtime` (seconds).
-pub(crate) fn evaluate(head: &RequestHead<'_>, etag: &[u8], mtime: u64) -> Verdict {
+pub fn evaluate(head: &RequestHead<'_>, etag: &[u8], mtime: u64) -> Verdict {
     if let Some(im) = head.if_match {
         if !list_matches(im, etag, false) {
             return Verdict::PreconditionFailed;
@@ -45,7 +45,7 @@ pub(crate) fn evaluate(head: &RequestHead<'_>, etag: &[u8], mtime: u64) -> Verdi
 
 /// If-Range (RFC 9110 §13.1.5): the range applies only if the validator still matches —
 /// a strong ETag, or exactly the Last-Modified date.
-pub(crate) fn if_range_holds(value: &[u8], etag: &[u8], mtime: u64) -> bool {
+pub fn if_range_holds(value: &[u8], etag: &[u8], mtime: u64) -> bool {
     let value = value.trim_ascii();
     if value.starts_with(b"\"") {
         return value == etag;
