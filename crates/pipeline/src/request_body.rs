@@ -45,7 +45,7 @@ impl BodyError {
 /// A request's body, read on demand. Requests without a body hold no state. (The
 /// borrowed parts stay outside the `Cell`, so the type is covariant in `'r`.)
 pub struct RequestBody<'r> {
-    stream: Option<&'r TcpStream>,
+    stream: &'r TcpStream,
     /// Bytes after the head that were read with it.
     buffered: &'r [u8],
     has_body: bool,
@@ -119,29 +119,16 @@ impl<'r> RequestBody<'r> {
             })
         });
         RequestBody {
-            stream: Some(stream),
+            stream,
             buffered,
             has_body: state.is_some(),
             state: Cell::new(state),
         }
     }
 
-    /// No body (tests, and requests whose framing says none).
-    pub fn none() -> RequestBody<'static> {
-        RequestBody {
-            stream: None,
-            buffered: &[],
-            has_body: false,
-            state: Cell::new(None),
-        }
-    }
-
     /// The next piece of the body, `Ok(None)` at its end (at once for a request without
     /// one). Pieces are as large as what has arrived, up to 64 KiB.
     pub async fn next(&self) -> Result<Option<Bytes>, BodyError> {
-        let Some(stream) = self.stream else {
-            return Ok(None);
-        };
         let Some(mut state) = self.state.take() else {
             // Either there is no body, or another call holds the state.
             return if self.has_body {
@@ -150,18 +137,9 @@ impl<'r> RequestBody<'r> {
                 Ok(None)
             };
         };
-        let piece = state.next(stream, self.buffered).await;
+        let piece = state.next(self.stream, self.buffered).await;
         self.state.set(Some(state));
         piece
-    }
-
-    /// The rest of the body in one piece.
-    pub async fn collect(&self) -> Result<Bytes, BodyError> {
-        let mut all = Vec::new();
-        while let Some(piece) = self.next().await? {
-            all.extend_from_slice(&piece);
-        }
-        Ok(Bytes::from(all))
     }
 
     /// Hand the reading state back to the pipeline; `None` for a request without a body.

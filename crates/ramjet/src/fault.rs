@@ -26,7 +26,7 @@ const STREAM_LEN: &[u8] = b"/__ramjet_fault/stream-len/";
 const STREAM_SHORT: &[u8] = b"/__ramjet_fault/stream-short/";
 const STREAM_LONG: &[u8] = b"/__ramjet_fault/stream-long/";
 /// Piece sizes of a test stream, in turn: empty, one byte, small, one past a 64 KiB read.
-pub const PIECES: [usize; 4] = [0, 1, 1000, 65_537];
+const PIECES: [usize; 4] = [0, 1, 1000, 65_537];
 
 /// Wraps the real producer; every other path goes to it untouched.
 pub struct Faults<C>(pub C);
@@ -101,7 +101,7 @@ async fn echo(req: &Request<'_>) -> Outcome {
 }
 
 /// Piece `i` of a test stream: `PIECES[i % 4]` bytes of `i`'s low byte.
-pub fn piece(i: usize) -> Vec<u8> {
+fn piece(i: usize) -> Vec<u8> {
     vec![i as u8; PIECES[i % PIECES.len()]]
 }
 
