@@ -7,13 +7,17 @@
 #![forbid(unsafe_code)]
 
 mod error;
+mod handler;
 pub mod raw;
 mod resolve;
 mod resolved;
 mod statics;
 mod units;
+mod upstream;
 
 pub use error::ConfigError;
+pub use handler::Handler;
 pub use resolve::{for_directory, load_file, load_str};
 pub use resolved::{FileCacheOptions, Limits, Location, Resolved, Timeouts, VHost};
 pub use statics::{Encoding, StaticOptions, SymlinkPolicy, DEFAULT_MAX_RANGES};
+pub use upstream::{Balance, ProxyOptions, Upstream, UpstreamAddr, UpstreamServer};

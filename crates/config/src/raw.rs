@@ -8,7 +8,9 @@ use ramjet_observe::{LogFormat, LogTarget};
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::handler::Handler;
 use crate::units::{Seconds, Size};
+use crate::upstream::RawUpstream;
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -29,6 +31,8 @@ pub struct RawConfig {
     /// Locations of the default virtual host.
     pub location: Option<Vec<RawLocation>>,
     pub vhost: Option<Vec<RawVHost>>,
+    /// Backends a `proxy` location forwards to, by name.
+    pub upstream: Option<BTreeMap<String, RawUpstream>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -114,4 +118,13 @@ pub struct RawLocation {
     pub types: Option<BTreeMap<String, String>>,
     pub charset: Option<String>,
     pub max_ranges: Option<usize>,
+    /// What answers, in order; `Declined` passes to the next (default: `["proxy"]` when
+    /// `proxy` is set, else `["static"]`).
+    pub handlers: Option<Vec<Spanned<Handler>>>,
+    /// The `[upstream.NAME]` a `proxy` handler forwards to.
+    pub proxy: Option<Spanned<String>>,
+    /// Replaces the location's path prefix in the forwarded target.
+    pub proxy_path: Option<Spanned<String>>,
+    /// Host sent upstream (default: the client's).
+    pub proxy_host: Option<String>,
 }

@@ -12,8 +12,10 @@ use ramjet_observe::{AccessLogOptions, LogFormat, LogTarget};
 use toml::Spanned;
 
 use crate::error::{line_of, ConfigError};
+use crate::handler::Handler;
 use crate::raw::{RawConfig, RawLocation, Workers};
 use crate::resolved::{FileCacheOptions, Limits, Location, Resolved, Timeouts, VHost};
+use crate::upstream::{ProxyOptions, Upstream};
 
 /// Default listen port when no address is configured.
 pub const DEFAULT_PORT: u16 = 8080;
@@ -226,11 +228,18 @@ impl Resolver<'_> {
             watch: c.watch.unwrap_or(true),
         };
 
+        let mut upstreams = Vec::new();
+        for (name, u) in raw.upstream.iter().flatten() {
+            let resolved = crate::upstream::resolve(name, u)
+                .map_err(|(key, message)| self.err(Some(u.servers.span()), &key, message))?;
+            upstreams.push(resolved);
+        }
         let defaults = raw.defaults.unwrap_or_default();
         let mut next_id = 0;
         let mut vhosts = Vec::new();
         if let Some(locs) = raw.location {
-            let locations = self.locations(&defaults, None, locs, "location", &mut next_id)?;
+            let locations =
+                self.locations(&defaults, None, locs, "location", &upstreams, &mut next_id)?;
             vhosts.push(VHost {
                 names: vec!["*".into()],
                 locations,
@@ -250,6 +259,7 @@ impl Resolver<'_> {
                 v.root,
                 v.location.unwrap_or_default(),
                 &key,
+                &upstreams,
                 &mut next_id,
             )?;
             vhosts.push(VHost {
@@ -280,6 +290,7 @@ impl Resolver<'_> {
             file_cache,
             vhosts,
             default_vhost,
+            upstreams,
         })
     }
 
@@ -289,6 +300,7 @@ impl Resolver<'_> {
         vhost_root: Option<Spanned<String>>,
         mut raw: Vec<RawLocation>,
         key: &str,
+        upstreams: &[Upstream],
         next_id: &mut usize,
     ) -> Result<Vec<Location>, ConfigError> {
         if let Some(root) = vhost_root {
@@ -323,11 +335,21 @@ impl Resolver<'_> {
                     format!("`{prefix}` is already a location of this host"),
                 ));
             }
-            let statics = self.statics(defaults, &loc, &key)?;
+            let handlers = self.handlers(defaults, &loc, &key)?;
+            let statics = match handlers.contains(&Handler::Static) {
+                true => Some(self.statics(defaults, &loc, &key)?),
+                false => None,
+            };
+            let proxy = match handlers.contains(&Handler::Proxy) {
+                true => Some(self.proxy(defaults, &loc, &key, upstreams)?),
+                false => None,
+            };
             out.push(Location {
                 id: *next_id,
                 prefix,
+                handlers,
                 statics,
+                proxy,
             });
             *next_id += 1;
         }
@@ -340,6 +362,97 @@ impl Resolver<'_> {
         }
         out.sort_by_key(|l| std::cmp::Reverse(l.prefix.len()));
         Ok(out)
+    }
+
+    /// The location's handler chain: as written, or `["proxy"]` when it names an upstream,
+    /// else `["static"]`.
+    fn handlers(
+        &self,
+        d: &RawLocation,
+        l: &RawLocation,
+        key: &str,
+    ) -> Result<Vec<Handler>, ConfigError> {
+        let key = format!("{key}.handlers");
+        let Some(list) = l.handlers.as_ref().or(d.handlers.as_ref()) else {
+            let proxied = l.proxy.is_some() || d.proxy.is_some();
+            return Ok(vec![if proxied {
+                Handler::Proxy
+            } else {
+                Handler::Static
+            }]);
+        };
+        let mut out = Vec::new();
+        for h in list {
+            if out.contains(h.get_ref()) {
+                return Err(self.err(
+                    Some(h.span()),
+                    &key,
+                    format!("`{}` is listed twice", h.get_ref().name()),
+                ));
+            }
+            out.push(*h.get_ref());
+        }
+        if out.is_empty() {
+            return Err(self.err(None, &key, "needs at least one handler".into()));
+        }
+        Ok(out)
+    }
+
+    fn proxy(
+        &self,
+        d: &RawLocation,
+        l: &RawLocation,
+        key: &str,
+        upstreams: &[Upstream],
+    ) -> Result<ProxyOptions, ConfigError> {
+        let Some(name) = l.proxy.as_ref().or(d.proxy.as_ref()) else {
+            return Err(self.err(
+                l.path.as_ref().map(|p| p.span()),
+                &format!("{key}.proxy"),
+                "missing: a location with the proxy handler names an [upstream.NAME]".into(),
+            ));
+        };
+        let Some(upstream) = upstreams.iter().position(|u| u.name == *name.get_ref()) else {
+            let known: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
+            return Err(self.err(
+                Some(name.span()),
+                &format!("{key}.proxy"),
+                format!(
+                    "no [upstream.{}] (defined: {})",
+                    name.get_ref(),
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        };
+        let path = l.proxy_path.as_ref().or(d.proxy_path.as_ref());
+        if let Some(p) = path {
+            if !p.get_ref().starts_with('/') {
+                return Err(self.err(
+                    Some(p.span()),
+                    &format!("{key}.proxy_path"),
+                    format!("`{}` must start with /", p.get_ref()),
+                ));
+            }
+        }
+        let host = l.proxy_host.clone().or_else(|| d.proxy_host.clone());
+        if let Some(h) = &host {
+            if h.is_empty() || h.bytes().any(|b| b <= b' ' || b == 0x7f) {
+                return Err(self.err(
+                    None,
+                    &format!("{key}.proxy_host"),
+                    format!("`{h}` is not a host name"),
+                ));
+            }
+        }
+        Ok(ProxyOptions {
+            upstream,
+            path: path.map(|p| p.get_ref().clone()),
+            host,
+        })
     }
 
     fn statics(

@@ -4,7 +4,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::handler::Handler;
 use crate::statics::StaticOptions;
+use crate::upstream::{ProxyOptions, Upstream};
 use ramjet_observe::AccessLogOptions;
 
 /// Everything the server needs, resolved and checked.
@@ -24,6 +26,8 @@ pub struct Resolved {
     pub vhosts: Vec<VHost>,
     /// Index into `vhosts` used when no name matches.
     pub default_vhost: usize,
+    /// `[upstream.NAME]` tables, sorted by name; locations refer to them by index.
+    pub upstreams: Vec<Upstream>,
 }
 
 /// Request limits.
@@ -75,7 +79,23 @@ pub struct Location {
     /// Unique within one `Resolved`; keys per-worker caches together with the generation.
     pub id: usize,
     pub prefix: String,
-    pub statics: StaticOptions,
+    /// What answers, in order (never empty).
+    pub handlers: Vec<Handler>,
+    /// Present when `handlers` has `static`.
+    pub statics: Option<StaticOptions>,
+    /// Present when `handlers` has `proxy`.
+    pub proxy: Option<ProxyOptions>,
+}
+
+impl Location {
+    /// Whether a handler after `h` will be asked if `h` declines (so `h` may decline what
+    /// it would otherwise refuse, e.g. a method it does not serve).
+    pub fn has_after(&self, h: Handler) -> bool {
+        self.handlers
+            .iter()
+            .position(|&x| x == h)
+            .is_some_and(|i| i + 1 < self.handlers.len())
+    }
 }
 
 impl Resolved {

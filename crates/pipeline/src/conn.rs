@@ -16,7 +16,7 @@ use crate::content::Content;
 use crate::error_page::error_response;
 use crate::outbox::Outbox;
 use crate::request_body::{Finished, RequestBody};
-use crate::response::Response;
+use crate::response::{Body, Response, Tunnel};
 use crate::stage;
 use crate::worker::{Generation, HttpWorker, READ_BUFFER};
 
@@ -50,6 +50,8 @@ struct Answered {
     /// How far the producer read the body (`None`: there is none), or why the body cannot
     /// be accepted (413).
     body: Result<Option<Finished>, ramjet_http1::ErrorKind>,
+    /// The connection switched protocols (101): it is a tunnel from now on.
+    tunnel: Option<Box<dyn Tunnel>>,
 }
 
 enum ReadOutcome {
@@ -175,7 +177,7 @@ impl Conn {
                                     &self.buf[self.start + head.head_len()..],
                                     decoder,
                                     head.expect_continue && self.out.is_empty(),
-                                    self.read_at + config.timeouts.header,
+                                    config.timeouts.header,
                                 );
                                 let addrs = (self.peer, w.listener(self.listener));
                                 let (response, read) = match stage::respond(
@@ -188,6 +190,8 @@ impl Conn {
                             }
                         };
                     let keep = head.keep_alive && body.is_ok() && !w.stopping.get();
+                    let mut response = response;
+                    let tunnel = upgrade_of(&mut response);
                     let status = response.status;
                     let (unix_secs, keep) = queue(w, &mut self.out, response, &head, keep);
                     let pending = self.pending_of(&head, status, started, unix_secs);
@@ -197,6 +201,7 @@ impl Conn {
                         expect_continue: head.expect_continue,
                         keep,
                         body,
+                        tunnel,
                     }
                 }
             };
@@ -205,8 +210,12 @@ impl Conn {
                 expect_continue,
                 keep,
                 body,
+                tunnel,
                 ..
             } = answered;
+            if let Some(t) = tunnel {
+                return Box::pin(self.tunnel(w, t)).await;
+            }
             let bad_body = body.is_err();
             let unread = self.take_back(body, expect_continue);
             if !keep {
@@ -458,6 +467,26 @@ impl Conn {
         }
     }
 
+    /// After a 101: write the response, pass on what the client sent after its request,
+    /// then copy bytes both ways until either side closes.
+    async fn tunnel<C: Content>(&mut self, w: &HttpWorker<C>, mut t: Box<dyn Tunnel>) {
+        if !self.flush(w).await {
+            return;
+        }
+        if self.start < self.buf.len() {
+            if t.write_all(&self.buf[self.start..]).await.is_err() {
+                return;
+            }
+            self.start = self.buf.len();
+        }
+        self.buf.clear();
+        self.start = 0;
+        self.release(w);
+        if let Err(e) = tokio::io::copy_bidirectional(&mut self.stream, &mut t).await {
+            tracing::debug!("{}: tunnel: {e}", self.peer);
+        }
+    }
+
     /// Close: send FIN, and when unread input may follow an error, drain it for a while so
     /// the client reads our response before any reset.
     async fn close(&mut self) {
@@ -484,6 +513,20 @@ impl Conn {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(_) => return,
             }
+        }
+    }
+}
+
+/// The tunnel of a 101 response (the body is left empty in its place).
+fn upgrade_of(response: &mut Response) -> Option<Box<dyn Tunnel>> {
+    if response.status != 101 {
+        return None;
+    }
+    match std::mem::replace(&mut response.body, Body::Empty) {
+        Body::Upgrade(t) => Some(t),
+        other => {
+            response.body = other;
+            None
         }
     }
 }
@@ -545,6 +588,10 @@ fn encode_head(
     keep: bool,
     framing: Framing,
 ) {
+    if version == Version::Http11 {
+        // A 1.0 client does not expect informational responses (RFC 9110 §15.2).
+        out.extend_from_slice(&r.interim);
+    }
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(itoa::Buffer::new().format(r.status).as_bytes());
     out.push(b' ');

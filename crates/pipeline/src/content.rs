@@ -6,6 +6,7 @@ use std::pin::Pin;
 use ramjet_config::{Location, Resolved};
 use ramjet_http1::RequestHead;
 
+use crate::failure::Failure;
 use crate::request_body::RequestBody;
 use crate::response::Response;
 
@@ -39,6 +40,8 @@ pub enum Outcome {
     Respond(Response),
     /// Not mine: the next producer is asked; if none is left the answer is 404.
     Declined,
+    /// Could not answer: the pipeline logs the failure and answers with its status.
+    Fail(Failure),
 }
 
 /// Work a producer could not finish at once (it needs the disk, a backend, ...).
@@ -52,8 +55,9 @@ pub type Later<'r> = Pin<Box<dyn Future<Output = Outcome> + 'r>>;
 pub trait Content: 'static {
     /// Answer `req` now (`Ok`), or return the work that will (`Err`). Never blocks.
     fn produce<'r>(&'r self, req: &'r Request<'r>) -> Result<Outcome, Later<'r>>;
-    /// The configuration was replaced: drop anything derived from the old one.
-    fn on_reload(&self) {}
-    /// Called about once a second.
-    fn on_tick(&self) {}
+    /// The configuration was replaced by `config`: drop anything derived from the old one.
+    fn on_reload(&self, _config: &Resolved) {}
+    /// Called about once a second with the configuration in force (pool pruning, health
+    /// checks).
+    fn on_tick(&self, _config: &Resolved) {}
 }

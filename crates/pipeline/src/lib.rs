@@ -11,6 +11,7 @@ mod conn;
 mod content;
 mod date;
 mod error_page;
+mod failure;
 pub mod filters;
 mod outbox;
 mod request_body;
@@ -20,6 +21,7 @@ mod worker;
 
 pub use content::{Content, Later, Outcome, Request};
 pub use error_page::error_response;
+pub use failure::{FailKind, Failure, Level, Side};
 pub use request_body::{BodyError, RequestBody};
-pub use response::{Body, BodySource, Part, Response};
+pub use response::{Body, BodySource, Part, Response, Tunnel};
 pub use worker::{Generation, HttpWorker};

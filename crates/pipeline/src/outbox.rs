@@ -156,7 +156,8 @@ impl Outbox {
     /// stream body (HTTP/1.1); the other bodies carry a Content-Length.
     pub(crate) fn body(&mut self, resp: u32, body: Body, chunked: bool) {
         match body {
-            Body::Empty => {}
+            // A tunnel is the connection's, not the outbox's (`conn` takes it first).
+            Body::Empty | Body::Upgrade(_) => {}
             Body::Stream(source) => self.segs.push(Seg::Stream {
                 source,
                 chunked,

@@ -4,6 +4,7 @@
 //! before the next request; bytes read past the body's end go back to the connection.
 
 use std::cell::Cell;
+use std::time::Duration;
 
 use bytes::Bytes;
 use ramjet_http1::{BodyDecoder, ErrorKind};
@@ -22,7 +23,8 @@ pub enum BodyError {
     Invalid,
     /// Longer than `limits.max_body`.
     TooLarge,
-    /// Not all of it arrived within `timeouts.header`.
+    /// Nothing arrived for `timeouts.header` (between two reads, like nginx's
+    /// client_body_timeout: a large upload may take as long as it keeps moving).
     Timeout,
     /// The client closed or reset the connection.
     Closed,
@@ -69,7 +71,8 @@ struct State {
     /// `Expect: 100-continue` still to be answered before the first socket read.
     continue_pending: bool,
     continued: bool,
-    deadline: Instant,
+    /// Longest wait for the next bytes (or for the socket to take 100 Continue).
+    idle: Duration,
 }
 
 /// What the pipeline takes back after the producer: the reading state, boxed as it was
@@ -95,7 +98,8 @@ impl Finished {
 }
 
 impl<'r> RequestBody<'r> {
-    /// A body decoded from `buffered`, then from `stream`, until `deadline`. `expect` asks
+    /// A body decoded from `buffered`, then from `stream`, each read waiting at most
+    /// `idle`. `expect` asks
     /// for 100 Continue before the first socket read (only when no earlier response is
     /// still queued, so it cannot overtake one).
     #[inline]
@@ -104,7 +108,7 @@ impl<'r> RequestBody<'r> {
         buffered: &'r [u8],
         decoder: BodyDecoder,
         expect: bool,
-        deadline: Instant,
+        idle: Duration,
     ) -> RequestBody<'r> {
         let state = (!decoder.is_done()).then(|| {
             Box::new(State {
@@ -115,7 +119,7 @@ impl<'r> RequestBody<'r> {
                 read_socket: false,
                 continue_pending: expect,
                 continued: false,
-                deadline,
+                idle,
             })
         });
         RequestBody {
@@ -182,11 +186,12 @@ impl State {
 
     /// Everything decoded so far is used: read more from the socket.
     async fn read_more(&mut self, stream: &TcpStream) -> Result<(), BodyError> {
+        let deadline = Instant::now() + self.idle;
         if self.continue_pending {
             self.continue_pending = false;
             let mut sent = 0;
             while sent < CONTINUE.len() {
-                tokio::time::timeout_at(self.deadline, stream.writable())
+                tokio::time::timeout_at(deadline, stream.writable())
                     .await
                     .map_err(|_| BodyError::Timeout)?
                     .map_err(|_| BodyError::Closed)?;
@@ -204,7 +209,7 @@ impl State {
         self.extra_at = 0;
         self.extra.reserve(BODY_READ);
         loop {
-            tokio::time::timeout_at(self.deadline, stream.readable())
+            tokio::time::timeout_at(deadline, stream.readable())
                 .await
                 .map_err(|_| BodyError::Timeout)?
                 .map_err(|_| BodyError::Closed)?;

@@ -18,6 +18,9 @@ pub struct Response {
     pub shared_headers: Bytes,
     /// Header lines for this response only.
     pub headers: Vec<u8>,
+    /// Complete informational (1xx) heads a backend sent before this response, passed on
+    /// to HTTP/1.1 clients in front of it.
+    pub interim: Vec<u8>,
     pub body: Body,
 }
 
@@ -36,7 +39,13 @@ pub enum Body {
     /// A body of unknown length produced over time (a backend's answer, a module's output):
     /// chunked to HTTP/1.1 clients, delimited by closing the connection for HTTP/1.0.
     Stream(Box<dyn BodySource>),
+    /// With a `101 Switching Protocols`: once the head is written, the connection becomes
+    /// a tunnel, bytes copied both ways between the client and this until either closes.
+    Upgrade(Box<dyn Tunnel>),
 }
+
+/// The other end of a tunnel (an upstream connection that switched protocols).
+pub trait Tunnel: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin {}
 
 impl std::fmt::Debug for Body {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -46,6 +55,7 @@ impl std::fmt::Debug for Body {
             Body::File { offset, len, .. } => write!(f, "File({len} bytes at {offset})"),
             Body::Parts(p) => write!(f, "Parts({} parts)", p.len()),
             Body::Stream(_) => write!(f, "Stream"),
+            Body::Upgrade(_) => write!(f, "Upgrade"),
         }
     }
 }
@@ -83,7 +93,7 @@ impl Body {
     /// length.
     pub fn length(&self) -> Option<u64> {
         Some(match self {
-            Body::Empty => 0,
+            Body::Empty | Body::Upgrade(_) => 0,
             Body::Bytes(b) => b.len() as u64,
             Body::File { len, .. } => *len,
             Body::Parts(parts) => parts
@@ -105,6 +115,7 @@ impl Response {
             status,
             shared_headers: Bytes::new(),
             headers: Vec::new(),
+            interim: Vec::new(),
             body,
         }
     }

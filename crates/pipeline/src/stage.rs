@@ -41,7 +41,7 @@ pub const STAGES: [Stage; 9] = [
     },
     Stage {
         name: "content",
-        may_end_with: "301 403 404 405 501",
+        may_end_with: "301 403 404 405 501 502 504",
     },
     Stage {
         name: "response filters",
@@ -97,7 +97,7 @@ pub(crate) fn respond<'r, C: Content>(
         .produce(&request(head, &clean, location, config, now, addrs, &body))
         .ok();
     match immediate {
-        Some(outcome) => Ok((finish(outcome), body.finish())),
+        Some(outcome) => Ok((finish(outcome, head), body.finish())),
         None => Err(Box::pin(async move {
             let outcome = {
                 let req = request(head, &clean, location, config, now, addrs, &body);
@@ -108,7 +108,7 @@ pub(crate) fn respond<'r, C: Content>(
                 };
                 outcome
             };
-            (finish(outcome), body.finish())
+            (finish(outcome, head), body.finish())
         })),
     }
 }
@@ -144,9 +144,10 @@ struct Addrs {
     listener: SocketAddr,
 }
 
-fn finish(outcome: Outcome) -> Response {
+fn finish(outcome: Outcome, head: &RequestHead<'_>) -> Response {
     match outcome {
         Outcome::Respond(r) => r,
         Outcome::Declined => error_response(404),
+        Outcome::Fail(f) => error_response(f.log(head.request_line())),
     }
 }

@@ -148,14 +148,15 @@ impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
                 .borrow_mut()
                 .set_sink(generation.access_log.clone());
         }
-        *self.current.borrow_mut() = generation;
+        *self.current.borrow_mut() = generation.clone();
         self.generation.set(self.generation.get() + 1);
-        self.content.on_reload();
+        self.content.on_reload(&generation.config);
     }
 
     fn tick(&self) {
         self.log.borrow_mut().flush();
-        self.content.on_tick();
+        let current = self.current();
+        self.content.on_tick(&current.config);
     }
 
     fn begin_shutdown(&self) {

@@ -70,12 +70,12 @@ impl<C: Content> Content for Faults<C> {
         self.0.produce(req)
     }
 
-    fn on_reload(&self) {
-        self.0.on_reload();
+    fn on_reload(&self, config: &ramjet_config::Resolved) {
+        self.0.on_reload(config);
     }
 
-    fn on_tick(&self) {
-        self.0.on_tick();
+    fn on_tick(&self, config: &ramjet_config::Resolved) {
+        self.0.on_tick(config);
     }
 }
 

@@ -4,6 +4,7 @@
 mod bench_cli;
 #[cfg(feature = "fault-injection")]
 mod fault;
+mod handlers;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -12,11 +13,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use handlers::Handlers;
 use ramjet_config::Resolved;
 use ramjet_observe::AccessLog;
 use ramjet_pipeline::{Generation, HttpWorker};
 use ramjet_runtime::signals::{Signal, Signals};
-use ramjet_static_files::StaticFiles;
 
 /// Each worker's blocking pool (file opens, cold reads, listings) has at most this many threads.
 const BLOCKING_THREADS_PER_WORKER: usize = 16;
@@ -201,15 +202,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Each worker's producer: static files (wrapped for fault injection in test builds).
+/// Each worker's handlers (wrapped for fault injection in test builds).
 #[cfg(not(feature = "fault-injection"))]
-fn content() -> StaticFiles {
-    StaticFiles::new()
+fn content() -> Handlers {
+    Handlers::new()
 }
 
 #[cfg(feature = "fault-injection")]
-fn content() -> fault::Faults<StaticFiles> {
-    fault::Faults(StaticFiles::new())
+fn content() -> fault::Faults<Handlers> {
+    fault::Faults(Handlers::new())
 }
 
 /// Build the next generation; listeners and worker count stay as started.

@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use ramjet_config::Encoding;
+use ramjet_config::{Encoding, Handler, StaticOptions};
 use ramjet_http1::Method;
 use ramjet_pipeline::{error_response, filters, Body, Content, Later, Outcome, Request, Response};
 use ramjet_runtime::sys::FileStat;
@@ -87,6 +87,7 @@ impl StaticFiles {
     fn fresh(
         &self,
         req: &Request<'_>,
+        s: &StaticOptions,
         variant: u8,
         path: &[u8],
     ) -> Result<Option<Rc<Entry>>, Need> {
@@ -104,21 +105,27 @@ impl StaticFiles {
             return Ok(Some(e));
         }
         e.revalidating.set(true);
-        self.revalidate(req, variant, path, e.clone());
+        self.revalidate(req, s, variant, path, e.clone());
         Err(Need::Recheck(e))
     }
 
     /// Re-open `path` on the blocking pool in a local task of its own (it finishes even if
     /// the request that started it goes away), replace or confirm the entry, then wake the
     /// requests waiting for it.
-    fn revalidate(&self, req: &Request<'_>, variant: u8, path: &[u8], old: Rc<Entry>) {
+    fn revalidate(
+        &self,
+        req: &Request<'_>,
+        s: &StaticOptions,
+        variant: u8,
+        path: &[u8],
+        old: Rc<Entry>,
+    ) {
         // Cleared now, not when done: a change reported during the re-check sets it again.
         old.invalid.set(false);
         let (cache, epoch) = (self.cache.clone(), self.epoch.clone());
         let watcher = self.watcher(req);
         let started = epoch.get();
         let location = req.location.id;
-        let s = &req.location.statics;
         let (root, policy) = (s.root.clone(), s.symlinks);
         let fc = req.config.file_cache;
         let path = path.to_vec();
@@ -189,8 +196,7 @@ impl StaticFiles {
     }
 
     /// Answer from the cache alone, or say what is missing.
-    fn try_serve(&self, req: &Request<'_>) -> Result<Response, Need> {
-        let s = &req.location.statics;
+    fn try_serve(&self, req: &Request<'_>, s: &StaticOptions) -> Result<Outcome, Need> {
         let rel = &req.path[1..];
         let vary = if s.precompressed.is_empty() {
             ""
@@ -203,28 +209,37 @@ impl StaticFiles {
             type_of: path.to_vec(),
             extra: vary.to_string(),
         };
-        let entry = self.fresh(req, IDENTITY, rel)?.ok_or_else(|| need(rel))?;
+        let entry = self
+            .fresh(req, s, IDENTITY, rel)?
+            .ok_or_else(|| need(rel))?;
         match entry.kind {
-            Kind::Refused(code) => Ok(error_response(code)),
-            Kind::File => self.try_serve_file(req, entry, rel),
+            // Not found: the next handler is asked, or the pipeline answers 404.
+            Kind::Refused(404) => Ok(Outcome::Declined),
+            Kind::Refused(code) => Ok(Outcome::Respond(error_response(code))),
+            Kind::File => self
+                .try_serve_file(req, s, entry, rel)
+                .map(Outcome::Respond),
             Kind::Dir => {
                 if !req.path.ends_with(b"/") {
-                    return Ok(redirect_to_slash(req));
+                    return Ok(Outcome::Respond(redirect_to_slash(req)));
                 }
                 for index in &s.index {
                     let mut path = rel.to_vec();
                     path.extend_from_slice(index.as_bytes());
                     let e = self
-                        .fresh(req, IDENTITY, &path)?
+                        .fresh(req, s, IDENTITY, &path)?
                         .ok_or_else(|| need(&path))?;
                     if e.kind == Kind::File {
-                        return self.try_serve_file(req, e, &path);
+                        return self.try_serve_file(req, s, e, &path).map(Outcome::Respond);
                     }
                 }
                 if s.autoindex {
                     Err(Need::Listing(entry))
+                } else if req.location.has_after(Handler::Static) {
+                    // Accelerator mode: a directory without an index belongs to the backend.
+                    Ok(Outcome::Declined)
                 } else {
-                    Ok(error_response(403))
+                    Ok(Outcome::Respond(error_response(403)))
                 }
             }
         }
@@ -235,10 +250,10 @@ impl StaticFiles {
     fn try_serve_file(
         &self,
         req: &Request<'_>,
+        s: &StaticOptions,
         identity: Rc<Entry>,
         rel: &[u8],
     ) -> Result<Response, Need> {
-        let s = &req.location.statics;
         if let (false, Some(ae)) = (s.precompressed.is_empty(), req.head.accept_encoding) {
             for (i, enc) in s.precompressed.iter().enumerate() {
                 if !accepts(ae, enc.token()) {
@@ -246,7 +261,7 @@ impl StaticFiles {
                 }
                 let variant = 1 + i as u8;
                 let sibling = sibling_path(rel, *enc);
-                let Some(e) = self.fresh(req, variant, &sibling)? else {
+                let Some(e) = self.fresh(req, s, variant, &sibling)? else {
                     return Err(Need::Load {
                         variant,
                         path: sibling,
@@ -258,22 +273,27 @@ impl StaticFiles {
                     });
                 };
                 if e.kind == Kind::File {
-                    return Ok(respond_with(req, &self.current(req, variant, &sibling, e)));
+                    return Ok(respond_with(
+                        req,
+                        s,
+                        &self.current(req, variant, &sibling, e),
+                    ));
                 }
             }
         }
         Ok(respond_with(
             req,
+            s,
             &self.current(req, IDENTITY, rel, identity),
         ))
     }
 
     /// The slow path: load what is missing on the blocking pool, then answer.
-    async fn serve_slow(&self, req: &Request<'_>) -> Response {
+    async fn serve_slow(&self, req: &Request<'_>, s: &StaticOptions) -> Outcome {
         for _ in 0..MAX_LOADS {
-            match self.try_serve(req) {
+            match self.try_serve(req, s) {
                 Ok(r) => return r,
-                Err(Need::Listing(dir)) => return listing(req, &dir).await,
+                Err(Need::Listing(dir)) => return Outcome::Respond(listing(req, &dir).await),
                 Err(Need::Recheck(e)) => {
                     if e.revalidating.get() {
                         e.rechecked.notified().await;
@@ -285,7 +305,7 @@ impl StaticFiles {
                     type_of,
                     extra,
                 }) => {
-                    self.load(req, variant, &path, &type_of, &extra).await;
+                    self.load(req, s, variant, &path, &type_of, &extra).await;
                 }
             }
         }
@@ -293,13 +313,20 @@ impl StaticFiles {
             "{}: gave up after {MAX_LOADS} loads",
             String::from_utf8_lossy(req.path)
         );
-        error_response(500)
+        Outcome::Respond(error_response(500))
     }
 
     /// Open `rel` (not cached yet) on the blocking pool and put the result in the cache.
-    async fn load(&self, req: &Request<'_>, variant: u8, rel: &[u8], type_of: &[u8], extra: &str) {
+    async fn load(
+        &self,
+        req: &Request<'_>,
+        s: &StaticOptions,
+        variant: u8,
+        rel: &[u8],
+        type_of: &[u8],
+        extra: &str,
+    ) {
         let (location, fc) = (req.location, &req.config.file_cache);
-        let s = &location.statics;
         let (root, policy, small) = (s.root.clone(), s.symlinks, fc.small_file_max);
         let (watcher, started) = (self.watcher(req), self.epoch.get());
         let id = location.id;
@@ -352,8 +379,8 @@ fn sibling_path(rel: &[u8], enc: Encoding) -> Vec<u8> {
 }
 
 /// The pipeline's filters (conditionals, then ranges, then the whole file) on an entry.
-fn respond_with(req: &Request<'_>, entry: &Entry) -> Response {
-    filters::respond(req.head, entry, req.location.statics.max_ranges)
+fn respond_with(req: &Request<'_>, s: &StaticOptions, entry: &Entry) -> Response {
+    filters::respond(req.head, entry, s.max_ranges)
 }
 
 /// 301 to the same path with a slash, query kept (as nginx and Apache do).
@@ -420,10 +447,15 @@ async fn listing(req: &Request<'_>, dir: &Entry) -> Response {
 
 impl Content for StaticFiles {
     fn produce<'r>(&'r self, req: &'r Request<'r>) -> Result<Outcome, Later<'r>> {
+        let Some(s) = req.location.statics.as_ref() else {
+            return Ok(Outcome::Declined);
+        };
         // Method policy: files are read, never written (405 with `Allow`); a method this
-        // server does not know at all is 501 (RFC 9110 §9.1).
+        // server does not know at all is 501 (RFC 9110 §9.1). With a handler after this
+        // one (`["static", "proxy"]`), other methods are that handler's.
         match req.head.method {
             Method::Get | Method::Head => {}
+            _ if req.location.has_after(Handler::Static) => return Ok(Outcome::Declined),
             Method::Other => return Ok(Outcome::Respond(error_response(501))),
             _ => return Ok(Outcome::Respond(error_response(405))),
         }
@@ -432,15 +464,13 @@ impl Content for StaticFiles {
                 self.epoch.set(self.epoch.get() + 1);
             }
         }
-        match self.try_serve(req) {
-            Ok(response) => Ok(Outcome::Respond(response)),
-            Err(_) => Err(Box::pin(async move {
-                Outcome::Respond(self.serve_slow(req).await)
-            })),
+        match self.try_serve(req, s) {
+            Ok(outcome) => Ok(outcome),
+            Err(_) => Err(Box::pin(self.serve_slow(req, s))),
         }
     }
 
-    fn on_reload(&self) {
+    fn on_reload(&self, _config: &ramjet_config::Resolved) {
         self.cache.borrow_mut().clear();
         if let Some(Some(w)) = self.watcher.get() {
             w.forget();

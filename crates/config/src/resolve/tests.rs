@@ -14,8 +14,11 @@ fn minimal_and_defaults() {
     assert_eq!(r.vhosts.len(), 1);
     let loc = r.route(Some(b"anything"), b"/x").unwrap();
     assert_eq!(loc.prefix, "/");
-    assert!(!loc.statics.autoindex);
-    assert_eq!(loc.statics.index, vec!["index.html".to_string()]);
+    assert!(!loc.statics.as_ref().unwrap().autoindex);
+    assert_eq!(
+        loc.statics.as_ref().unwrap().index,
+        vec!["index.html".to_string()]
+    );
     assert_eq!(r.timeouts.header, DEFAULT_HEADER_TIMEOUT);
 }
 
@@ -47,12 +50,18 @@ types = { log = "text/plain" }
         .route(Some(b"ftp.mirror.example:8080"), b"/pub/a")
         .unwrap();
     assert_eq!(pub_loc.prefix, "/pub/");
-    assert!(!pub_loc.statics.autoindex);
-    assert_eq!(pub_loc.statics.symlinks, SymlinkPolicy::Never);
-    assert_eq!(pub_loc.statics.types.get("log").unwrap(), "text/plain");
+    assert!(!pub_loc.statics.as_ref().unwrap().autoindex);
+    assert_eq!(
+        pub_loc.statics.as_ref().unwrap().symlinks,
+        SymlinkPolicy::Never
+    );
+    assert_eq!(
+        pub_loc.statics.as_ref().unwrap().types.get("log").unwrap(),
+        "text/plain"
+    );
     let root_loc = r.route(Some(b"MIRROR.example"), b"/other").unwrap();
     assert_eq!(root_loc.prefix, "/");
-    assert!(root_loc.statics.autoindex);
+    assert!(root_loc.statics.as_ref().unwrap().autoindex);
     assert_ne!(root_loc.id, pub_loc.id);
     let default = r.route(Some(b"unknown"), b"/pub/a").unwrap();
     assert_eq!(default.prefix, "/");
@@ -92,4 +101,65 @@ fn errors_name_file_line_and_key() {
     assert_eq!(e.line, Some(2));
     let shown = e.to_string();
     assert!(shown.starts_with("test.toml:2"), "{shown}");
+}
+
+#[test]
+fn upstreams_and_handler_chains() {
+    let r = load(
+        r#"
+[upstream.app]
+servers = ["127.0.0.1:8000", { address = "unix:/run/app.sock", weight = 3 }]
+balance = "least-connections"
+health_check = "/healthz"
+[[location]]
+root = "www"
+handlers = ["static", "proxy"]
+proxy = "app"
+[[location]]
+path = "/api/"
+proxy = "app"
+proxy_path = "/v2/"
+"#,
+    )
+    .unwrap();
+    let u = &r.upstreams[0];
+    assert_eq!(u.servers.len(), 2);
+    assert_eq!(u.servers[1].weight, 3);
+    assert_eq!(
+        u.servers[1].addr,
+        crate::UpstreamAddr::Unix("/run/app.sock".into())
+    );
+    assert_eq!(u.balance, crate::Balance::LeastConnections);
+    assert_eq!(u.tries, 2);
+    let root = r.route(None, b"/x").unwrap();
+    assert_eq!(root.handlers, vec![Handler::Static, Handler::Proxy]);
+    assert!(root.has_after(Handler::Static) && !root.has_after(Handler::Proxy));
+    assert!(root.statics.is_some());
+    let api = r.route(None, b"/api/x").unwrap();
+    assert_eq!(api.handlers, vec![Handler::Proxy]);
+    assert!(api.statics.is_none(), "a proxy-only location needs no root");
+    assert_eq!(api.proxy.as_ref().unwrap().path.as_deref(), Some("/v2/"));
+}
+
+#[test]
+fn upstream_errors_name_line_and_key() {
+    let e = load("[[location]]\nproxy = \"nope\"\n").unwrap_err();
+    assert_eq!(
+        (e.line, e.key.as_deref()),
+        (Some(2), Some("location[0].proxy"))
+    );
+    assert!(e.message.contains("no [upstream.nope]"), "{e}");
+    let e =
+        load("[upstream.a]\nservers = [\"localhost\"]\n[[location]]\nproxy = \"a\"\n").unwrap_err();
+    assert_eq!(
+        (e.line, e.key.as_deref()),
+        (Some(2), Some("upstream.a.servers[0]"))
+    );
+    let e =
+        load("[[location]]\nroot = \"www\"\nhandlers = [\"static\", \"static\"]\n").unwrap_err();
+    assert_eq!(e.key.as_deref(), Some("location[0].handlers"));
+    let e = load("[[location]]\nroot = \"www\"\nhandlers = [\"magic\"]\n").unwrap_err();
+    assert_eq!(e.line, Some(3), "{e}");
+    let e = load("[[location]]\nhandlers = [\"proxy\"]\n").unwrap_err();
+    assert_eq!(e.key.as_deref(), Some("location[0].proxy"));
 }

@@ -1,0 +1,24 @@
+//! The closed set of handlers a location can chain (DESIGN.md §3, "Handlers").
+
+use serde::Deserialize;
+
+/// A handler of a location. Adding one adds a variant here and a crate beside its code;
+/// the dispatcher matches on it (static dispatch, no `dyn` on the hot path).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Handler {
+    /// Files under the location's root; declines what does not exist.
+    Static,
+    /// Forward to the location's upstream.
+    Proxy,
+}
+
+impl Handler {
+    /// As written in the configuration.
+    pub fn name(self) -> &'static str {
+        match self {
+            Handler::Static => "static",
+            Handler::Proxy => "proxy",
+        }
+    }
+}

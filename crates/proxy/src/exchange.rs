@@ -1,0 +1,495 @@
+//! One proxied request: pick a server, connect or reuse, send, read the head, answer.
+//!
+//! Retries (nginx `proxy_next_upstream error`): a request is tried on another server when
+//! the connection could not be made (nothing was sent, so any method), and, for idempotent
+//! methods (or with `retry_non_idempotent`), when the server closed or reset the connection
+//! before sending a byte of the response. A reused pooled connection that fails that way is
+//! the stale keep-alive race: the same server is tried again on a fresh connection, without
+//! counting it as a failure. A request body is replayed from memory if it was at most
+//! [`REPLAY_MAX`]; a larger one is not retried once any of it was sent. A timeout waiting for
+//! the response is 504 and not retried (the backend may still be working on it).
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use ramjet_config::{Balance, ProxyOptions, Upstream};
+use ramjet_http1::{BodyDecoder, Method};
+use ramjet_pipeline::{Body, FailKind, Failure, Outcome, Request, Response, Side};
+use tokio::time::Instant;
+
+use crate::balance::fnv1a;
+use crate::body::{Declared, Upgraded, UpstreamBody};
+use crate::forward;
+use crate::handler::{InFlight, Shared, Slot};
+use crate::response_head::{self, Framing, Parsed};
+use crate::upstream_io::Io;
+
+/// A request body up to this size is kept while it is sent, so it can be sent again.
+const REPLAY_MAX: usize = 64 * 1024;
+/// First read buffer for a response head; grows to `max_response_head`.
+const HEAD_READ: usize = 16 * 1024;
+
+/// Why one attempt failed.
+enum AttemptError {
+    /// Nothing was sent (connect failed): try another server.
+    Connect(String, FailKind),
+    /// The upstream closed or reset before a byte of the response.
+    Closed { reused: bool, why: String },
+    /// Answered, but not in a way we pass on; or too slow.
+    Final(FailKind, String),
+    /// The client's side failed (its body).
+    Downstream(FailKind, String),
+}
+
+/// The request body as sent so far, kept for a retry while small.
+struct Replay {
+    pieces: Vec<Bytes>,
+    kept: usize,
+    /// Some of the body was sent and not kept: it cannot be sent again.
+    lost: bool,
+    /// The body has been read to its end.
+    complete: bool,
+}
+
+pub(crate) async fn forward(
+    shared: &Rc<Shared>,
+    req: &Request<'_>,
+    opts: &ProxyOptions,
+) -> Outcome {
+    let (upstream, generation) = {
+        let ups = shared.upstreams.borrow();
+        (ups[opts.upstream].config.clone(), shared.generation.get())
+    };
+    let u = &*upstream;
+    let started = Instant::now();
+    let idempotent = matches!(
+        req.head.method,
+        Method::Get | Method::Head | Method::Options | Method::Trace | Method::Put | Method::Delete
+    );
+    let may_resend = idempotent || u.retry_non_idempotent;
+    let key = match u.balance {
+        Balance::HashUri => fnv1a(req.head.path.as_bytes()),
+        Balance::HashClient => match req.client.ip() {
+            std::net::IpAddr::V4(a) => fnv1a(&a.octets()),
+            std::net::IpAddr::V6(a) => fnv1a(&a.octets()),
+        },
+        _ => 0,
+    };
+    let target = forward::target(
+        req.head.path,
+        req.path,
+        req.query,
+        &req.location.prefix,
+        opts.path.as_deref(),
+    );
+    let mut replay = Replay {
+        pieces: Vec::new(),
+        kept: 0,
+        lost: false,
+        complete: false,
+    };
+    let mut tried = vec![false; u.servers.len()];
+    let mut tries = 0;
+    // After the stale keep-alive race: this server again, on a new connection.
+    let mut retry_same: Option<usize> = None;
+    let mut last: Option<Failure> = None;
+    let mut head = Vec::with_capacity(512 + req.head.raw.len());
+    let mut stale_retries = 0;
+    loop {
+        let now = Instant::now();
+        let fresh_only = retry_same.is_some();
+        let server = match retry_same.take() {
+            Some(s) => s,
+            None => {
+                if tries >= u.tries {
+                    return Outcome::Fail(last.unwrap_or_else(|| no_server(u)));
+                }
+                let mut ups = shared.upstreams.borrow_mut();
+                let state = &mut ups[opts.upstream];
+                let servers = &state.servers;
+                let picked = state.balancer.pick(
+                    u,
+                    key,
+                    |i| !tried[i] && servers[i].health.is_up(now),
+                    |i| servers[i].in_flight,
+                );
+                match picked {
+                    Some(s) => s,
+                    None => return Outcome::Fail(last.unwrap_or_else(|| no_server(u))),
+                }
+            }
+        };
+        let slot = Slot {
+            upstream: opts.upstream,
+            server,
+            generation,
+        };
+        if !fresh_only {
+            tries += 1;
+        }
+        tried[server] = true;
+        let addr = &u.servers[server].addr;
+        let flight = InFlight::new(shared, slot);
+        let pooled = if fresh_only {
+            None
+        } else {
+            shared.upstreams.borrow_mut()[opts.upstream].servers[server]
+                .pool
+                .take(now, u.keepalive_timeout)
+        };
+        let reused = pooled.is_some();
+        let attempt = async {
+            let io = match pooled {
+                Some(io) => io,
+                None => Io::connect(addr, u.connect_timeout).await.map_err(|e| {
+                    let kind = if e.kind() == std::io::ErrorKind::TimedOut {
+                        FailKind::Timeout
+                    } else {
+                        FailKind::Unreachable
+                    };
+                    AttemptError::Connect(format!("connect: {e}"), kind)
+                })?,
+            };
+            head.clear();
+            let host = match addr {
+                ramjet_config::UpstreamAddr::Tcp(a) => a.to_string(),
+                ramjet_config::UpstreamAddr::Unix(_) => "localhost".into(),
+            };
+            let fwd = forward::head(&mut head, req.head, &target, opts, req.client, &host);
+            send(&io, &head, fwd.chunked, req, &mut replay, u, reused).await?;
+            let (parsed, rest, interim) =
+                read_head(&io, u, req.head.method == Method::Head, fwd.upgrade, reused).await?;
+            Ok::<_, AttemptError>((io, parsed, rest, interim))
+        };
+        let failure = match attempt.await {
+            Ok((io, parsed, rest, interim)) => {
+                mark(shared, slot, true, u);
+                let mut response = answer(io, parsed, rest, u, &upstream, flight);
+                response.interim = interim;
+                let _ = started;
+                return Outcome::Respond(response);
+            }
+            Err(e) => e,
+        };
+        let resend_ok = may_resend && !replay.lost;
+        match failure {
+            AttemptError::Connect(why, kind) => {
+                mark(shared, slot, false, u);
+                last = Some(upstream_failure(u, server, kind, why));
+            }
+            AttemptError::Closed { reused: true, why } if resend_ok && stale_retries < 2 => {
+                // The stale keep-alive race: the backend closed an idle connection as we
+                // reused it. Not a failure of the server.
+                tracing::debug!(
+                    "upstream {} ({addr}): reused connection closed ({why}); retrying on a new one",
+                    u.name
+                );
+                stale_retries += 1;
+                retry_same = Some(server);
+                continue;
+            }
+            AttemptError::Closed { why, .. } => {
+                mark(shared, slot, false, u);
+                let f = upstream_failure(u, server, FailKind::Closed, why);
+                if !resend_ok {
+                    return Outcome::Fail(f);
+                }
+                last = Some(f);
+            }
+            AttemptError::Final(kind, why) => {
+                mark(shared, slot, false, u);
+                return Outcome::Fail(upstream_failure(u, server, kind, why));
+            }
+            AttemptError::Downstream(kind, why) => {
+                return Outcome::Fail(Failure::new(Side::Downstream, kind, why));
+            }
+        }
+    }
+}
+
+fn no_server(u: &Upstream) -> Failure {
+    Failure::new(
+        Side::Upstream,
+        FailKind::Unreachable,
+        format!("upstream {}: no server is up", u.name),
+    )
+}
+
+fn upstream_failure(u: &Upstream, server: usize, kind: FailKind, why: String) -> Failure {
+    Failure::new(
+        Side::Upstream,
+        kind,
+        format!("upstream {} ({}): {why}", u.name, u.servers[server].addr),
+    )
+}
+
+/// Passive health: count a failure (maybe marking the server down) or a success.
+fn mark(shared: &Shared, slot: Slot, ok: bool, u: &Upstream) {
+    if slot.generation != shared.generation.get() {
+        return;
+    }
+    let mut ups = shared.upstreams.borrow_mut();
+    let s = &mut ups[slot.upstream].servers[slot.server];
+    if ok {
+        s.health.succeeded();
+    } else if s.health.failed(Instant::now(), u.max_fails, u.fail_timeout) {
+        tracing::warn!(
+            "upstream {} ({}): {} failure(s) within {:?}; out of service for {:?}",
+            u.name,
+            u.servers[slot.server].addr,
+            u.max_fails,
+            u.fail_timeout,
+            u.fail_timeout
+        );
+    }
+}
+
+/// Send the head and the request body (replayed first if this is a retry).
+async fn send(
+    io: &Io,
+    head: &[u8],
+    chunked: bool,
+    req: &Request<'_>,
+    replay: &mut Replay,
+    u: &Upstream,
+    reused: bool,
+) -> Result<(), AttemptError> {
+    let closed = |e: std::io::Error| {
+        if e.kind() == std::io::ErrorKind::TimedOut {
+            AttemptError::Final(FailKind::Timeout, format!("sending the request: {e}"))
+        } else {
+            AttemptError::Closed {
+                reused,
+                why: format!("sending the request: {e}"),
+            }
+        }
+    };
+    let t = u.body_timeout;
+    if replay.pieces.is_empty() && replay.complete || !has_body(req) {
+        return io.write_all(&[head], t).await.map_err(closed);
+    }
+    // Coalesce the head with the first piece (one write for a small POST).
+    let mut first = Some(head);
+    for piece in &replay.pieces {
+        write_piece(io, first.take(), piece, chunked, t)
+            .await
+            .map_err(closed)?;
+    }
+    while !replay.complete {
+        let piece = match req.body.next().await {
+            Ok(Some(p)) => p,
+            Ok(None) => {
+                replay.complete = true;
+                break;
+            }
+            Err(e) => {
+                let kind = match e.status() {
+                    413 => FailKind::TooLarge,
+                    408 => FailKind::Timeout,
+                    _ if e == ramjet_pipeline::BodyError::Closed => FailKind::Closed,
+                    _ => FailKind::Invalid,
+                };
+                return Err(AttemptError::Downstream(
+                    kind,
+                    format!("client {}: request body: {e:?}", req.client),
+                ));
+            }
+        };
+        if !replay.lost && replay.kept + piece.len() <= REPLAY_MAX {
+            replay.kept += piece.len();
+            replay.pieces.push(piece.clone());
+        } else {
+            replay.lost = true;
+            replay.pieces.clear();
+        }
+        write_piece(io, first.take(), &piece, chunked, t)
+            .await
+            .map_err(closed)?;
+    }
+    let end: &[u8] = if chunked { b"0\r\n\r\n" } else { b"" };
+    match first.take() {
+        Some(h) => io.write_all(&[h, end], t).await.map_err(closed),
+        None if !end.is_empty() => io.write_all(&[end], t).await.map_err(closed),
+        None => Ok(()),
+    }
+}
+
+fn has_body(req: &Request<'_>) -> bool {
+    req.head.framing != ramjet_http1::BodyFraming::None
+}
+
+async fn write_piece(
+    io: &Io,
+    head: Option<&[u8]>,
+    piece: &[u8],
+    chunked: bool,
+    t: Duration,
+) -> std::io::Result<()> {
+    let head = head.unwrap_or(b"");
+    if chunked {
+        let size = format!("{:x}\r\n", piece.len());
+        io.write_all(&[head, size.as_bytes(), piece, b"\r\n"], t)
+            .await
+    } else {
+        io.write_all(&[head, piece], t).await
+    }
+}
+
+/// Read the response head, passing over 100 Continue and collecting other 1xx heads.
+/// Returns the head, the bytes read past it, and the interim heads.
+async fn read_head(
+    io: &Io,
+    u: &Upstream,
+    to_head: bool,
+    upgrade: bool,
+    reused: bool,
+) -> Result<(response_head::UpstreamHead, BytesMut, Vec<u8>), AttemptError> {
+    let deadline = Instant::now() + u.header_timeout;
+    let mut buf = BytesMut::with_capacity(HEAD_READ);
+    let mut interim = Vec::new();
+    let mut received_any = false;
+    loop {
+        match response_head::parse(&buf, to_head, upgrade) {
+            Parsed::Complete(h) if (100..200).contains(&h.status) && h.status != 101 => {
+                let head = buf.split_to(h.head_len);
+                if h.status != 100 {
+                    interim.extend_from_slice(&head);
+                }
+                continue;
+            }
+            Parsed::Complete(h) => {
+                let rest = buf.split_off(h.head_len);
+                return Ok((h, rest, interim));
+            }
+            Parsed::Invalid(why) => {
+                return Err(AttemptError::Final(
+                    FailKind::Invalid,
+                    format!("invalid response head: {why}"),
+                ))
+            }
+            Parsed::Partial if buf.len() >= u.max_response_head => {
+                return Err(AttemptError::Final(
+                    FailKind::TooLarge,
+                    format!("response head larger than {} bytes", u.max_response_head),
+                ))
+            }
+            Parsed::Partial => {}
+        }
+        match tokio::time::timeout_at(deadline, io.readable()).await {
+            Err(_) => {
+                return Err(AttemptError::Final(
+                    FailKind::Timeout,
+                    format!("no response head within {:?}", u.header_timeout),
+                ))
+            }
+            Ok(Err(e)) => {
+                return Err(closed_early(reused, received_any, format!("read: {e}")));
+            }
+            Ok(Ok(())) => {}
+        }
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(buf.len().max(HEAD_READ));
+        }
+        match io.try_read_buf(&mut buf) {
+            Ok(0) => {
+                return Err(closed_early(
+                    reused,
+                    received_any,
+                    "closed the connection before a complete response head".into(),
+                ))
+            }
+            Ok(_) => received_any = true,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(closed_early(reused, received_any, format!("read: {e}"))),
+        }
+    }
+}
+
+fn closed_early(reused: bool, received_any: bool, why: String) -> AttemptError {
+    if received_any {
+        AttemptError::Final(FailKind::Invalid, why)
+    } else {
+        AttemptError::Closed { reused, why }
+    }
+}
+
+/// The client's response for a valid upstream head.
+fn answer(
+    io: Io,
+    head: response_head::UpstreamHead,
+    mut rest: BytesMut,
+    u: &Upstream,
+    upstream: &Rc<Upstream>,
+    flight: InFlight,
+) -> Response {
+    let mut response = Response::new(head.status, Body::Empty);
+    response.headers = head.fields;
+    let shared = flight.shared().clone();
+    let slot = flight.slot;
+    response.body = match head.framing {
+        _ if head.status == 101 => Body::Upgrade(Box::new(Upgraded {
+            prefix: rest.freeze(),
+            io,
+            _flight: flight,
+        })),
+        Framing::None => {
+            if head.keep_alive && rest.is_empty() {
+                shared.put_back(slot, io);
+            }
+            match head.declared_length {
+                Some(n) if n > 0 => Body::Stream(Box::new(Declared(n))),
+                _ => Body::Empty,
+            }
+        }
+        Framing::Length(n) if rest.len() as u64 >= n => {
+            // All of it is here already: no streaming, and the connection is free now.
+            let body = rest.split_to(n as usize).freeze();
+            if head.keep_alive && rest.is_empty() {
+                shared.put_back(slot, io);
+            }
+            Body::Bytes(body)
+        }
+        Framing::Chunked => match whole_chunked(&rest) {
+            Some((body, used)) if used == rest.len() => {
+                if head.keep_alive {
+                    shared.put_back(slot, io);
+                }
+                // Re-framed with a length: the client gets the same content.
+                Body::Bytes(body)
+            }
+            _ => Body::Stream(Box::new(UpstreamBody::new(
+                io,
+                rest,
+                head.framing,
+                head.keep_alive,
+                upstream.clone(),
+                flight,
+            ))),
+        },
+        _ => Body::Stream(Box::new(UpstreamBody::new(
+            io,
+            rest,
+            head.framing,
+            head.keep_alive,
+            upstream.clone(),
+            flight,
+        ))),
+    };
+    let _ = u;
+    response
+}
+
+/// A chunked body that arrived whole with its head: decoded at once (its trailers, like
+/// every upstream trailer, are dropped, as nginx does for HTTP/1.1).
+fn whole_chunked(input: &[u8]) -> Option<(Bytes, usize)> {
+    let mut d = BodyDecoder::new(ramjet_http1::BodyFraming::Chunked, u64::MAX).ok()?;
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < input.len() && !d.is_done() {
+        let step = d.decode(&input[at..]).ok()?;
+        out.extend_from_slice(&input[at..][step.data]);
+        at += step.consumed;
+    }
+    d.is_done().then(|| (Bytes::from(out), at))
+}

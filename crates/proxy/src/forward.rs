@@ -1,0 +1,344 @@
+//! The head sent upstream: the client's request line and fields minus hop-by-hop ones
+//! (RFC 9110 §7.6.1, including every field `Connection` names), with the target rewritten
+//! when the location says so, the Host passed or replaced, and the forwarding fields
+//! (`X-Forwarded-For/-Proto/-Host`, `Forwarded` (RFC 7239), `Via`) added. The body framing
+//! is the proxy's: `Content-Length` when the client's body had one, else chunked.
+
+use std::net::{IpAddr, SocketAddr};
+
+use ramjet_config::ProxyOptions;
+use ramjet_http1::{BodyFraming, RequestHead, Version};
+
+/// What the head says about the exchange.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Forwarded {
+    /// The client asked to switch protocols (`Connection: upgrade` + `Upgrade`).
+    pub(crate) upgrade: bool,
+    /// The request body is sent chunked.
+    pub(crate) chunked: bool,
+}
+
+/// Fields never forwarded as they are: hop-by-hop ones, and the ones this proxy writes
+/// itself.
+fn dropped(name: &[u8]) -> bool {
+    const NAMES: [&[u8]; 14] = [
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"content-length",
+        b"host",
+        b"expect",
+        b"http2-settings",
+        b"x-forwarded-proto",
+        b"x-forwarded-host",
+        b"proxy-authorization",
+    ];
+    NAMES.iter().any(|n| name.eq_ignore_ascii_case(n))
+}
+
+/// The header fields of a request head (validated by the parser): `(name, value)`.
+pub(crate) fn fields(raw: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
+    raw.split(|&b| b == b'\n')
+        .skip_while(|l| l.is_empty() || *l == b"\r")
+        .skip(1)
+        .filter_map(|line| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let colon = line.iter().position(|&b| b == b':')?;
+            Some((&line[..colon], line[colon + 1..].trim_ascii()))
+        })
+}
+
+fn tokens(v: &[u8]) -> impl Iterator<Item = &[u8]> {
+    v.split(|&b| b == b',')
+        .map(|t| t.trim_ascii())
+        .filter(|t| !t.is_empty())
+}
+
+/// Write the upstream request head for `head` into `out`.
+pub(crate) fn head(
+    out: &mut Vec<u8>,
+    head: &RequestHead<'_>,
+    target: &[u8],
+    opts: &ProxyOptions,
+    client: SocketAddr,
+    upstream_host: &str,
+) -> Forwarded {
+    // Fields named by Connection are hop-by-hop too (RFC 9110 §7.6.1).
+    let mut listed: Vec<&[u8]> = Vec::new();
+    let mut upgrade_value: Option<&[u8]> = None;
+    for (name, value) in fields(head.raw) {
+        if name.eq_ignore_ascii_case(b"connection") {
+            listed.extend(tokens(value));
+        } else if name.eq_ignore_ascii_case(b"upgrade") {
+            upgrade_value = Some(value);
+        }
+    }
+    let upgrade = head.version == Version::Http11
+        && upgrade_value.is_some_and(|v| !v.is_empty())
+        && listed.iter().any(|t| t.eq_ignore_ascii_case(b"upgrade"));
+
+    out.extend_from_slice(head.method_token.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target);
+    out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+    match (&opts.host, head.host) {
+        (Some(h), _) => out.extend_from_slice(h.as_bytes()),
+        (None, Some(h)) => out.extend_from_slice(h),
+        (None, None) => out.extend_from_slice(upstream_host.as_bytes()),
+    }
+    out.extend_from_slice(b"\r\n");
+    let mut xff: Vec<&[u8]> = Vec::new();
+    let mut fwd: Vec<&[u8]> = Vec::new();
+    let mut via: Vec<&[u8]> = Vec::new();
+    for (name, value) in fields(head.raw) {
+        if dropped(name) || listed.iter().any(|t| name.eq_ignore_ascii_case(t)) {
+            continue;
+        }
+        if name.eq_ignore_ascii_case(b"x-forwarded-for") {
+            xff.push(value);
+        } else if name.eq_ignore_ascii_case(b"forwarded") {
+            fwd.push(value);
+        } else if name.eq_ignore_ascii_case(b"via") {
+            via.push(value);
+        } else {
+            out.extend_from_slice(name);
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+    let ip = client.ip();
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    let ip_text = ip.to_string();
+    write_list(out, b"X-Forwarded-For", &xff, ip_text.as_bytes());
+    out.extend_from_slice(b"X-Forwarded-Proto: http\r\n");
+    if let Some(h) = head.host {
+        out.extend_from_slice(b"X-Forwarded-Host: ");
+        out.extend_from_slice(h);
+        out.extend_from_slice(b"\r\n");
+    }
+    // RFC 7239: IPv6 and any value with ':' are quoted.
+    let mut element = match ip {
+        IpAddr::V4(_) => format!("for={ip_text}"),
+        IpAddr::V6(_) => format!("for=\"[{ip_text}]\""),
+    };
+    if let Some(h) = head
+        .host
+        .filter(|h| h.iter().all(|&b| b > b' ' && b != b'"'))
+    {
+        element.push_str(";host=\"");
+        element.push_str(&String::from_utf8_lossy(h));
+        element.push('"');
+    }
+    element.push_str(";proto=http");
+    write_list(out, b"Forwarded", &fwd, element.as_bytes());
+    let me: &[u8] = match head.version {
+        Version::Http10 => b"1.0 ramjet",
+        Version::Http11 => b"1.1 ramjet",
+    };
+    write_list(out, b"Via", &via, me);
+    let chunked = match head.framing {
+        BodyFraming::Length(n) => {
+            out.extend_from_slice(b"Content-Length: ");
+            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            out.extend_from_slice(b"\r\n");
+            false
+        }
+        BodyFraming::Chunked => {
+            out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+            true
+        }
+        BodyFraming::None => {
+            // A POST or PUT without a body still says so (RFC 9110 §8.6).
+            if matches!(
+                head.method,
+                ramjet_http1::Method::Post
+                    | ramjet_http1::Method::Put
+                    | ramjet_http1::Method::Patch
+            ) {
+                out.extend_from_slice(b"Content-Length: 0\r\n");
+            }
+            false
+        }
+    };
+    if let (true, Some(v)) = (upgrade, upgrade_value) {
+        out.extend_from_slice(b"Connection: upgrade\r\nUpgrade: ");
+        out.extend_from_slice(v);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+    Forwarded { upgrade, chunked }
+}
+
+/// `Name: earlier values, ours`.
+fn write_list(out: &mut Vec<u8>, name: &[u8], earlier: &[&[u8]], ours: &[u8]) {
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    for v in earlier {
+        out.extend_from_slice(v);
+        out.extend_from_slice(b", ");
+    }
+    out.extend_from_slice(ours);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The target sent upstream: as received, or with the location's prefix replaced by
+/// `proxy_path` (the rest of the normalised path percent-encoded again, the query as
+/// received).
+pub(crate) fn target(
+    raw_target: &str,
+    path: &[u8],
+    query: Option<&str>,
+    prefix: &str,
+    replacement: Option<&str>,
+) -> Vec<u8> {
+    let Some(new) = replacement else {
+        return raw_target.as_bytes().to_vec();
+    };
+    let rest = path.strip_prefix(prefix.as_bytes()).unwrap_or(path);
+    let mut out = Vec::with_capacity(new.len() + rest.len() + 16);
+    out.extend_from_slice(new.as_bytes());
+    if out.ends_with(b"/") && rest.first() == Some(&b'/') {
+        out.pop();
+    }
+    for &b in rest {
+        let keep = b.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&b);
+        if keep {
+            out.push(b);
+        } else {
+            out.extend_from_slice(format!("%{b:02X}").as_bytes());
+        }
+    }
+    if let Some(q) = query {
+        out.push(b'?');
+        out.extend_from_slice(q.as_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ramjet_http1::{parse_request_head, Limits, Parse};
+
+    fn forward(req: &[u8], opts: &ProxyOptions) -> (String, Forwarded) {
+        let Parse::Complete(h) = parse_request_head(req, &Limits::default()) else {
+            panic!("bad test request")
+        };
+        let mut out = Vec::new();
+        let f = head(
+            &mut out,
+            &h,
+            h.path.as_bytes(),
+            opts,
+            "192.0.2.7:5555".parse().unwrap(),
+            "127.0.0.1:8000",
+        );
+        (String::from_utf8(out).unwrap(), f)
+    }
+
+    fn opts() -> ProxyOptions {
+        ProxyOptions {
+            upstream: 0,
+            path: None,
+            host: None,
+        }
+    }
+
+    #[test]
+    fn hop_by_hop_fields_are_removed_and_forwarding_fields_added() {
+        let (h, f) = forward(
+            b"GET /a?b HTTP/1.1\r\nHost: site\r\nConnection: keep-alive, X-Secret\r\nX-Secret: 1\r\nKeep-Alive: 5\r\nTE: trailers\r\nX-Forwarded-For: 10.0.0.1\r\nVia: 1.1 edge\r\nX-Forwarded-Proto: https\r\nAccept: */*\r\n\r\n",
+            &opts(),
+        );
+        assert!(h.starts_with("GET /a?b HTTP/1.1\r\nHost: site\r\n"), "{h}");
+        for gone in ["X-Secret", "Keep-Alive", "TE:", "Connection", "https"] {
+            assert!(!h.contains(gone), "{gone} forwarded:\n{h}");
+        }
+        assert!(h.contains("Accept: */*\r\n"));
+        assert!(
+            h.contains("X-Forwarded-For: 10.0.0.1, 192.0.2.7\r\n"),
+            "{h}"
+        );
+        assert!(h.contains("X-Forwarded-Proto: http\r\n"));
+        assert!(h.contains("X-Forwarded-Host: site\r\n"));
+        assert!(
+            h.contains("Forwarded: for=192.0.2.7;host=\"site\";proto=http\r\n"),
+            "{h}"
+        );
+        assert!(h.contains("Via: 1.1 edge, 1.1 ramjet\r\n"));
+        assert!(h.ends_with("\r\n\r\n"));
+        assert!(!f.upgrade && !f.chunked);
+    }
+
+    #[test]
+    fn bodies_and_upgrades_are_framed_by_the_proxy() {
+        let (h, f) = forward(
+            b"POST /u HTTP/1.1\r\nHost: s\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n",
+            &opts(),
+        );
+        assert!(f.chunked && h.contains("Transfer-Encoding: chunked\r\n"));
+        assert!(!h.contains("Expect"));
+        let (h, _) = forward(
+            b"POST /u HTTP/1.1\r\nHost: s\r\nContent-Length: 5\r\n\r\n",
+            &opts(),
+        );
+        assert!(h.contains("Content-Length: 5\r\n"));
+        let (h, _) = forward(b"POST /u HTTP/1.1\r\nHost: s\r\n\r\n", &opts());
+        assert!(h.contains("Content-Length: 0\r\n"));
+        let (h, f) = forward(
+            b"GET /ws HTTP/1.1\r\nHost: s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: k\r\n\r\n",
+            &opts(),
+        );
+        assert!(f.upgrade);
+        assert!(
+            h.contains("Connection: upgrade\r\nUpgrade: websocket\r\n"),
+            "{h}"
+        );
+        assert!(h.contains("Sec-WebSocket-Key: k\r\n"));
+        // Upgrade without Connection: upgrade is not an upgrade.
+        let (_, f) = forward(
+            b"GET /ws HTTP/1.1\r\nHost: s\r\nUpgrade: websocket\r\n\r\n",
+            &opts(),
+        );
+        assert!(!f.upgrade);
+    }
+
+    #[test]
+    fn host_is_passed_replaced_or_supplied() {
+        let mut o = opts();
+        o.host = Some("backend.internal".into());
+        let (h, _) = forward(b"GET / HTTP/1.1\r\nHost: site\r\n\r\n", &o);
+        assert!(h.contains("\r\nHost: backend.internal\r\n") && !h.contains("\r\nHost: site"));
+        let (h, _) = forward(b"GET / HTTP/1.0\r\n\r\n", &opts());
+        assert!(h.contains("Host: 127.0.0.1:8000\r\n"));
+        assert!(h.contains("Via: 1.0 ramjet"));
+    }
+
+    #[test]
+    fn targets_are_rewritten_under_the_prefix() {
+        assert_eq!(
+            target("/api/x?y", b"/api/x", Some("y"), "/api/", None),
+            b"/api/x?y"
+        );
+        assert_eq!(
+            target(
+                "/api/a%20b?q=1",
+                b"/api/a b",
+                Some("q=1"),
+                "/api/",
+                Some("/v2/")
+            ),
+            b"/v2/a%20b?q=1"
+        );
+        assert_eq!(target("/api/", b"/api/", None, "/api/", Some("/")), b"/");
+        assert_eq!(target("/app/x", b"/app/x", None, "/app", Some("/")), b"/x");
+    }
+}

@@ -1,0 +1,167 @@
+//! A connection to an upstream server: TCP or a UNIX socket, used through readiness
+//! (`try_read`/`try_write` after a wait) like the client side, so a read never copies
+//! through an intermediate buffer.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use ramjet_config::UpstreamAddr;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpStream, UnixStream};
+
+pub(crate) enum Io {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Io {
+    /// Connect within `timeout` (a timeout is `ErrorKind::TimedOut`).
+    pub(crate) async fn connect(addr: &UpstreamAddr, timeout: Duration) -> io::Result<Io> {
+        let connect = async {
+            match addr {
+                UpstreamAddr::Tcp(a) => {
+                    let s = TcpStream::connect(a).await?;
+                    // Heads and small bodies go out at once, not after the peer's delayed ACK.
+                    s.set_nodelay(true)?;
+                    Ok(Io::Tcp(s))
+                }
+                UpstreamAddr::Unix(p) => Ok(Io::Unix(UnixStream::connect(p).await?)),
+            }
+        };
+        match tokio::time::timeout(timeout, connect).await {
+            Ok(r) => r,
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no connection within {timeout:?}"),
+            )),
+        }
+    }
+
+    pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            Io::Tcp(s) => s.poll_read_ready(cx),
+            Io::Unix(s) => s.poll_read_ready(cx),
+        }
+    }
+
+    pub(crate) async fn readable(&self) -> io::Result<()> {
+        match self {
+            Io::Tcp(s) => s.readable().await,
+            Io::Unix(s) => s.readable().await,
+        }
+    }
+
+    pub(crate) fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize> {
+        match self {
+            Io::Tcp(s) => s.try_read_buf(buf),
+            Io::Unix(s) => s.try_read_buf(buf),
+        }
+    }
+
+    async fn writable(&self) -> io::Result<()> {
+        match self {
+            Io::Tcp(s) => s.writable().await,
+            Io::Unix(s) => s.writable().await,
+        }
+    }
+
+    fn try_write_vectored(&self, b: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Io::Tcp(s) => s.try_write_vectored(b),
+            Io::Unix(s) => s.try_write_vectored(b),
+        }
+    }
+
+    /// Write all of `parts` (one writev when the socket takes them), each wait for
+    /// writability bounded by `timeout`.
+    pub(crate) async fn write_all(&self, parts: &[&[u8]], timeout: Duration) -> io::Result<()> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let mut done = 0;
+        while done < total {
+            // Skip what is written, then offer the rest in one call.
+            let mut skip = done;
+            let mut slices = Vec::with_capacity(parts.len());
+            for p in parts {
+                if skip >= p.len() {
+                    skip -= p.len();
+                    continue;
+                }
+                slices.push(io::IoSlice::new(&p[skip..]));
+                skip = 0;
+            }
+            let n = match self.try_write_vectored(&slices) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    match tokio::time::timeout(timeout, self.writable()).await {
+                        Ok(r) => r?,
+                        Err(_) => {
+                            return Err(io::Error::new(
+                                io::ErrorKind::TimedOut,
+                                format!("could not send for {timeout:?}"),
+                            ))
+                        }
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Whether an idle pooled connection can still carry a request: nothing to read (a
+    /// closed connection reads EOF, and an idle one must have sent nothing).
+    pub(crate) fn is_idle_and_open(&self) -> bool {
+        let mut probe = [0u8; 1];
+        let r = match self {
+            Io::Tcp(s) => s.try_read(&mut probe),
+            Io::Unix(s) => s.try_read(&mut probe),
+        };
+        matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+    }
+}
+
+impl AsyncRead for Io {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Io::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
