@@ -358,6 +358,12 @@ async fn read_head(
                 }
                 continue;
             }
+            Parsed::Complete(h) if h.head_len > u.max_response_head => {
+                return Err(AttemptError::Final(
+                    FailKind::TooLarge,
+                    format!("response head larger than {} bytes", u.max_response_head),
+                ))
+            }
             Parsed::Complete(h) => {
                 let rest = buf.split_off(h.head_len);
                 return Ok((h, rest, interim));

@@ -169,6 +169,24 @@ impl Server {
         );
     }
 
+    /// Descriptors the server process has open now (`/proc/PID/fd`).
+    pub fn open_fds(&self) -> usize {
+        let pid = self.child.as_ref().expect("running").id();
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
+    /// A line of `/proc/PID/status` in kB (e.g. "VmHWM", the peak resident memory).
+    pub fn status_kb(&self, field: &str) -> Option<u64> {
+        let pid = self.child.as_ref()?.id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        status.lines().find_map(|l| {
+            let rest = l.strip_prefix(field)?.strip_prefix(':')?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+    }
+
     /// CPU time (user + system, in ticks) the server process has used so far.
     pub fn cpu_ticks(&self) -> Option<u64> {
         let pid = self.child.as_ref()?.id();

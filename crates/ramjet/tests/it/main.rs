@@ -11,6 +11,7 @@ mod docs;
 mod edges;
 mod files;
 mod lifecycle;
+mod proxy;
 mod ranges;
 mod request_body;
 mod security;
