@@ -12,6 +12,7 @@ mod edges;
 mod files;
 mod lifecycle;
 mod proxy;
+mod proxy_real;
 mod ranges;
 mod request_body;
 mod security;
