@@ -21,6 +21,20 @@ pub struct Entry<'a> {
     pub user_agent: Option<&'a [u8]>,
     /// Time from the first byte of the request to the last byte of the response.
     pub micros: u64,
+    /// For a request a backend answered (or failed to): which one, how, how fast.
+    pub upstream: Option<&'a UpstreamLog>,
+}
+
+/// What the access log records about the upstream of a proxied request (nginx's
+/// `$upstream_addr`, `$upstream_status`, `$upstream_response_time`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamLog {
+    /// The servers tried, in order, comma-separated.
+    pub addr: String,
+    /// The status the last one answered; 0 when none answered.
+    pub status: u16,
+    /// From the first connection attempt to the complete response head.
+    pub micros: u64,
 }
 
 /// Caches the formatted timestamp of the current second.
@@ -108,6 +122,9 @@ impl Entry<'_> {
                     "referer": text(self.referer),
                     "user_agent": text(self.user_agent),
                     "duration_us": self.micros,
+                    "upstream_addr": self.upstream.map(|u| u.addr.as_str()),
+                    "upstream_status": self.upstream.map(|u| u.status),
+                    "upstream_time_us": self.upstream.map(|u| u.micros),
                 });
                 let _ = serde_json::to_writer(&mut *out, &line);
                 out.push(b'\n');
@@ -142,6 +159,7 @@ mod tests {
             referer: None,
             user_agent: Some(b"curl/8"),
             micros: 12,
+            upstream: None,
         }
     }
 

@@ -13,5 +13,5 @@ mod options;
 
 pub use access_log::{AccessLog, LogBuffer};
 pub use diagnostics::init_diagnostics;
-pub use format::Entry;
+pub use format::{Entry, UpstreamLog};
 pub use options::{AccessLogOptions, LogFormat, LogTarget};

@@ -40,6 +40,7 @@ pub(crate) struct Pending {
     user_agent: Option<Range<usize>>,
     started: Instant,
     unix_secs: u64,
+    upstream: Option<Box<ramjet_observe::UpstreamLog>>,
 }
 
 /// What the pipeline still has to do after a request's response is queued.
@@ -193,8 +194,10 @@ impl Conn {
                     let mut response = response;
                     let tunnel = upgrade_of(&mut response);
                     let status = response.status;
+                    let upstream = response.upstream.take();
                     let (unix_secs, keep) = queue(w, &mut self.out, response, &head, keep);
-                    let pending = self.pending_of(&head, status, started, unix_secs);
+                    let mut pending = self.pending_of(&head, status, started, unix_secs);
+                    pending.upstream = upstream;
                     self.pending.push(pending);
                     Answered {
                         head_len: head.head_len(),
@@ -279,6 +282,7 @@ impl Conn {
             user_agent: head.user_agent.map(at),
             started,
             unix_secs,
+            upstream: None,
         }
     }
 
@@ -301,6 +305,7 @@ impl Conn {
             user_agent: None,
             started: Instant::now(),
             unix_secs,
+            upstream: None,
         });
         self.closing = true;
         self.linger = true;
@@ -378,6 +383,7 @@ impl Conn {
                 referer: field(&p.referer),
                 user_agent: field(&p.user_agent),
                 micros: p.started.elapsed().as_micros() as u64,
+                upstream: p.upstream.as_deref(),
             });
         }
     }

@@ -48,6 +48,8 @@ pub struct Failure {
     /// For the log: what failed and why, e.g. "upstream app (127.0.0.1:8000): connect:
     /// Connection refused".
     pub detail: Cow<'static, str>,
+    /// For the access log, when a backend was involved.
+    pub upstream: Option<Box<ramjet_observe::UpstreamLog>>,
 }
 
 impl Failure {
@@ -56,6 +58,7 @@ impl Failure {
             side,
             kind,
             detail: detail.into(),
+            upstream: None,
         }
     }
 

@@ -22,6 +22,8 @@ pub struct Response {
     /// to HTTP/1.1 clients in front of it.
     pub interim: Vec<u8>,
     pub body: Body,
+    /// For the access log, when a backend was involved.
+    pub upstream: Option<Box<ramjet_observe::UpstreamLog>>,
 }
 
 /// A message body.
@@ -117,6 +119,7 @@ impl Response {
             headers: Vec::new(),
             interim: Vec::new(),
             body,
+            upstream: None,
         }
     }
 

@@ -148,6 +148,10 @@ fn finish(outcome: Outcome, head: &RequestHead<'_>) -> Response {
     match outcome {
         Outcome::Respond(r) => r,
         Outcome::Declined => error_response(404),
-        Outcome::Fail(f) => error_response(f.log(head.request_line())),
+        Outcome::Fail(f) => {
+            let mut r = error_response(f.log(head.request_line()));
+            r.upstream = f.upstream;
+            r
+        }
     }
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use ramjet_config::{Balance, ProxyOptions, Upstream};
 use ramjet_http1::{BodyDecoder, Method};
+use ramjet_observe::UpstreamLog;
 use ramjet_pipeline::{Body, FailKind, Failure, Outcome, Request, Response, Side};
 use tokio::time::Instant;
 
@@ -96,6 +97,19 @@ pub(crate) async fn forward(
     let mut last: Option<Failure> = None;
     let mut head = Vec::with_capacity(512 + req.head.raw.len());
     let mut stale_retries = 0;
+    // For the access log: every server tried, in order.
+    let mut addrs = String::new();
+    let logged = |addrs: &str, status: u16| {
+        Some(Box::new(UpstreamLog {
+            addr: addrs.to_string(),
+            status,
+            micros: started.elapsed().as_micros() as u64,
+        }))
+    };
+    let fail = |mut f: Failure, addrs: &str| {
+        f.upstream = logged(addrs, 0);
+        Outcome::Fail(f)
+    };
     loop {
         let now = Instant::now();
         let fresh_only = retry_same.is_some();
@@ -103,7 +117,7 @@ pub(crate) async fn forward(
             Some(s) => s,
             None => {
                 if tries >= u.tries {
-                    return Outcome::Fail(last.unwrap_or_else(|| no_server(u)));
+                    return fail(last.unwrap_or_else(|| no_server(u)), &addrs);
                 }
                 let mut ups = shared.upstreams.borrow_mut();
                 let state = &mut ups[opts.upstream];
@@ -116,7 +130,7 @@ pub(crate) async fn forward(
                 );
                 match picked {
                     Some(s) => s,
-                    None => return Outcome::Fail(last.unwrap_or_else(|| no_server(u))),
+                    None => return fail(last.unwrap_or_else(|| no_server(u)), &addrs),
                 }
             }
         };
@@ -130,6 +144,10 @@ pub(crate) async fn forward(
         }
         tried[server] = true;
         let addr = &u.servers[server].addr;
+        if !addrs.is_empty() {
+            addrs.push_str(", ");
+        }
+        addrs.push_str(&addr.to_string());
         let flight = InFlight::new(shared, slot);
         let pooled = if fresh_only {
             None
@@ -165,9 +183,10 @@ pub(crate) async fn forward(
         let failure = match attempt.await {
             Ok((io, parsed, rest, interim)) => {
                 mark(shared, slot, true, u);
+                let status = parsed.status;
                 let mut response = answer(io, parsed, rest, u, &upstream, flight);
                 response.interim = interim;
-                let _ = started;
+                response.upstream = logged(&addrs, status);
                 return Outcome::Respond(response);
             }
             Err(e) => e,
@@ -193,16 +212,16 @@ pub(crate) async fn forward(
                 mark(shared, slot, false, u);
                 let f = upstream_failure(u, server, FailKind::Closed, why);
                 if !resend_ok {
-                    return Outcome::Fail(f);
+                    return fail(f, &addrs);
                 }
                 last = Some(f);
             }
             AttemptError::Final(kind, why) => {
                 mark(shared, slot, false, u);
-                return Outcome::Fail(upstream_failure(u, server, kind, why));
+                return fail(upstream_failure(u, server, kind, why), &addrs);
             }
             AttemptError::Downstream(kind, why) => {
-                return Outcome::Fail(Failure::new(Side::Downstream, kind, why));
+                return fail(Failure::new(Side::Downstream, kind, why), &addrs);
             }
         }
     }

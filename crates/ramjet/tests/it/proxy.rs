@@ -640,3 +640,47 @@ fn a_proxy_only_location_needs_no_root_and_rewrites_its_prefix() {
     assert!(c.response(false).text().starts_with("GET /v2/ HTTP/1.1"));
     s.assert_clean_log(&[]);
 }
+
+#[test]
+fn the_access_log_names_the_upstream_its_status_and_time() {
+    let b = Backend::start(|ex| {
+        ex.write(b"HTTP/1.1 201 Created\r\nContent-Length: 2\r\n\r\nok");
+        Flow::Keep
+    });
+    let dead = dead_port();
+    let s = proxy_to(
+        &[dead.clone(), b.addr.to_string()],
+        "balance = \"round-robin\"",
+        "[log]\naccess = \"{dir}/access.log\"\nformat = \"json\"",
+        &[("file.txt", b"f")],
+    );
+    assert_eq!(s.get("/made").status, 201);
+    assert_eq!(s.get("/file.txt").status, 200);
+    let path = s.path("access.log");
+    let mut lines: Vec<serde_json::Value> = Vec::new();
+    assert!(eventually(Duration::from_secs(10), || {
+        lines = std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        lines.len() >= 2
+    }));
+    let proxied = lines
+        .iter()
+        .find(|l| l["request"] == "GET /made HTTP/1.1")
+        .unwrap();
+    assert_eq!(proxied["status"], 201);
+    assert_eq!(proxied["upstream_status"], 201);
+    let addr = proxied["upstream_addr"].as_str().unwrap();
+    assert!(addr.ends_with(&b.addr.to_string()), "{addr}");
+    assert!(proxied["upstream_time_us"].as_u64().is_some());
+    let file = lines
+        .iter()
+        .find(|l| l["request"] == "GET /file.txt HTTP/1.1")
+        .unwrap();
+    assert!(
+        file["upstream_addr"].is_null(),
+        "a static hit has no upstream"
+    );
+}

@@ -72,7 +72,12 @@ impl Apache {
             "#!/bin/sh\nt=$(mktemp)\nhead -c \"${CONTENT_LENGTH:-0}\" > \"$t\"\nprintf 'Content-Type: text/plain\\r\\nX-Method: %s\\r\\nX-Forwarded: %s\\r\\n\\r\\n' \"$REQUEST_METHOD\" \"$HTTP_X_FORWARDED_FOR\"\ncat \"$t\"\nrm -f \"$t\"\n",
         )
         .unwrap();
-        for p in [d.to_path_buf(), d.join("htdocs"), d.join("cgi-bin"), cgi.clone()] {
+        for p in [
+            d.to_path_buf(),
+            d.join("htdocs"),
+            d.join("cgi-bin"),
+            cgi.clone(),
+        ] {
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
         for f in ["htdocs/page.html", "htdocs/data.bin"] {
@@ -169,7 +174,10 @@ fn apache_behind_ramjet_files_ranges_cgi_and_its_keepalive_timeout() {
     assert_eq!(r.status, 200);
     assert_eq!(r.text(), "<h1>apache page</h1>\n");
     assert_eq!(r.header("Content-Type").as_deref(), Some("text/html"));
-    assert!(r.header("ETag").is_some(), "Apache's validators pass through");
+    assert!(
+        r.header("ETag").is_some(),
+        "Apache's validators pass through"
+    );
     assert_eq!(s.get("/nope.html").status, 404);
     // Ranges are Apache's to answer; ramjet passes the 206 on.
     let (ok, out) = curl(&["-r", "1000-1999", &s.url("/data.bin")]);
@@ -190,7 +198,10 @@ fn apache_behind_ramjet_files_ranges_cgi_and_its_keepalive_timeout() {
     ]);
     let out = String::from_utf8_lossy(&out);
     assert!(ok, "{out}");
-    assert!(out.contains("X-Method: POST") && out.contains("X-Forwarded: 127.0.0.1"), "{out}");
+    assert!(
+        out.contains("X-Method: POST") && out.contains("X-Forwarded: 127.0.0.1"),
+        "{out}"
+    );
     assert!(out.ends_with(&body));
     // Apache closes idle connections after 1 s; ramjet's pool keeps them up to 4 s. Every
     // request after a pause meets a connection Apache has closed or is closing.
@@ -301,11 +312,18 @@ fn gunicorn_behind_ramjet_bodies_streams_and_status_codes() {
         r.text(),
         "GET /hello?x=1 len=0 xff=127.0.0.1 host=app.example proto=http\n"
     );
-    assert_eq!(r.head.matches("Set-Cookie").count(), 2, "repeated fields pass on");
+    assert_eq!(
+        r.head.matches("Set-Cookie").count(),
+        2,
+        "repeated fields pass on"
+    );
     // gunicorn's sync workers close after every response: the next request on the same
     // client connection still works (a new upstream connection).
     c.send(b"POST /form HTTP/1.1\r\nHost: h\r\nContent-Length: 5\r\n\r\nabcde");
-    assert!(c.response(false).text().ends_with("len=5 xff=127.0.0.1 host=h proto=http\nabcde"));
+    assert!(c
+        .response(false)
+        .text()
+        .ends_with("len=5 xff=127.0.0.1 host=h proto=http\nabcde"));
     // A streamed answer without a length: chunked to an HTTP/1.1 client...
     c.send(b"GET /stream HTTP/1.1\r\nHost: h\r\n\r\n");
     let r = c.response(false);
@@ -324,13 +342,27 @@ fn gunicorn_behind_ramjet_bodies_streams_and_status_codes() {
     let body = bytes(20 << 20, 5);
     let file = s.path("up.bin");
     std::fs::write(&file, &body).unwrap();
-    let (ok, out) = curl(&["--data-binary", &format!("@{}", file.display()), &s.url("/up")]);
+    let (ok, out) = curl(&[
+        "--data-binary",
+        &format!("@{}", file.display()),
+        &s.url("/up"),
+    ]);
     assert!(ok);
     assert!(out.starts_with(format!("POST /up? len={} ", body.len()).as_bytes()));
     assert!(out.ends_with(&body));
-    let (ok, out) = curl(&["-T", &file.display().to_string(), "-H", "Transfer-Encoding: chunked", &s.url("/chunked")]);
+    let (ok, out) = curl(&[
+        "-T",
+        &file.display().to_string(),
+        "-H",
+        "Transfer-Encoding: chunked",
+        &s.url("/chunked"),
+    ]);
     assert!(ok);
-    assert!(out.starts_with(format!("PUT /chunked? len={} ", body.len()).as_bytes()), "{}", String::from_utf8_lossy(&out[..100.min(out.len())]));
+    assert!(
+        out.starts_with(format!("PUT /chunked? len={} ", body.len()).as_bytes()),
+        "{}",
+        String::from_utf8_lossy(&out[..100.min(out.len())])
+    );
     // Concurrent clients.
     let url = s.url("/par");
     let handles: Vec<_> = (0..8)
