@@ -16,8 +16,9 @@ use crate::upstream::RawUpstream;
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawConfig {
-    /// Addresses to listen on, e.g. `["0.0.0.0:8080", "[::]:8080"]`.
-    pub listen: Option<Vec<Spanned<String>>>,
+    /// Addresses to listen on, e.g. `["0.0.0.0:8080", "[::]:8080"]`; a table
+    /// `{ address = "...", proxy_protocol = true }` expects a PROXY header first.
+    pub listen: Option<Vec<Spanned<RawListen>>>,
     /// Worker threads: a number or "auto" (one per CPU).
     pub workers: Option<Workers>,
     /// Pin worker i to CPU i.
@@ -33,6 +34,37 @@ pub struct RawConfig {
     pub vhost: Option<Vec<RawVHost>>,
     /// Backends a `proxy` location forwards to, by name.
     pub upstream: Option<BTreeMap<String, RawUpstream>>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum RawListen {
+    Address(String),
+    Table {
+        address: String,
+        /// Connections start with a PROXY protocol header (v1 or v2) from a balancer;
+        /// without one they are closed.
+        #[serde(default)]
+        proxy_protocol: bool,
+    },
+}
+
+impl RawListen {
+    pub fn address(&self) -> &str {
+        match self {
+            RawListen::Address(a) | RawListen::Table { address: a, .. } => a,
+        }
+    }
+
+    pub fn proxy_protocol(&self) -> bool {
+        matches!(
+            self,
+            RawListen::Table {
+                proxy_protocol: true,
+                ..
+            }
+        )
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -13,7 +13,7 @@ use toml::Spanned;
 
 use crate::error::{line_of, ConfigError};
 use crate::handler::Handler;
-use crate::raw::{RawConfig, RawLocation, Workers};
+use crate::raw::{RawConfig, RawListen, RawLocation, Workers};
 use crate::resolved::{FileCacheOptions, Limits, Location, Resolved, Timeouts, VHost};
 use crate::upstream::{ProxyOptions, Upstream};
 
@@ -74,7 +74,7 @@ pub fn for_directory(
         raw.listen = Some(
             listen
                 .iter()
-                .map(|a| Spanned::new(0..0, a.to_string()))
+                .map(|a| Spanned::new(0..0, RawListen::Address(a.to_string())))
                 .collect(),
         );
     }
@@ -121,6 +121,7 @@ impl Resolver<'_> {
     }
 
     fn resolve(&self, raw: RawConfig) -> Result<Resolved, ConfigError> {
+        let mut proxy_protocol = Vec::new();
         let listen = match &raw.listen {
             None => vec![
                 SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
@@ -129,14 +130,16 @@ impl Resolver<'_> {
             Some(list) => {
                 let mut out = Vec::new();
                 for (i, a) in list.iter().enumerate() {
-                    let addr = a.get_ref().parse::<SocketAddr>().map_err(|_| {
+                    let text = a.get_ref().address();
+                    let addr = text.parse::<SocketAddr>().map_err(|_| {
                         self.err(
                             Some(a.span()),
                             &format!("listen[{i}]"),
-                            format!("`{}` is not an address:port (e.g. \"0.0.0.0:8080\" or \"[::]:8080\")", a.get_ref()),
+                            format!("`{text}` is not an address:port (e.g. \"0.0.0.0:8080\" or \"[::]:8080\")"),
                         )
                     })?;
                     out.push(addr);
+                    proxy_protocol.push(a.get_ref().proxy_protocol());
                 }
                 if out.is_empty() {
                     return Err(self.err(None, "listen", "needs at least one address".into()));
@@ -281,6 +284,7 @@ impl Resolver<'_> {
         Ok(Resolved {
             source: self.name.to_string(),
             listen,
+            proxy_protocol,
             workers,
             pin_workers: raw.pin_workers.unwrap_or(false),
             limits,

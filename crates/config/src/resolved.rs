@@ -15,6 +15,9 @@ pub struct Resolved {
     /// The file this came from, or "<default>".
     pub source: String,
     pub listen: Vec<SocketAddr>,
+    /// By listener index: whether its connections start with a PROXY protocol header
+    /// (shorter than `listen` or empty: the rest do not).
+    pub proxy_protocol: Vec<bool>,
     pub workers: usize,
     pub pin_workers: bool,
     pub limits: Limits,
@@ -99,6 +102,11 @@ impl Location {
 }
 
 impl Resolved {
+    /// Whether connections on listener `index` start with a PROXY protocol header.
+    pub fn expects_proxy_header(&self, index: usize) -> bool {
+        self.proxy_protocol.get(index).copied().unwrap_or(false)
+    }
+
     /// The virtual host for a Host value (port ignored, case-insensitive).
     pub fn vhost(&self, host: Option<&[u8]>) -> &VHost {
         let Some(host) = host else {

@@ -6,7 +6,10 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use ramjet_http1::status::reason;
-use ramjet_http1::{parse_request_head, BodyDecoder, Method, Parse, RequestHead, Version};
+use ramjet_http1::{
+    parse_proxy_header, parse_request_head, BodyDecoder, Method, Parse, ProxyParse, RequestHead,
+    Version,
+};
 use ramjet_observe::Entry;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -105,6 +108,14 @@ pub(crate) async fn run<C: Content>(
         closing: false,
         linger: false,
     };
+    if conn
+        .generation
+        .config
+        .expects_proxy_header(usize::from(listener))
+        && !Box::pin(conn.proxy_header(w)).await
+    {
+        return conn.release(w);
+    }
     conn.serve(w).await;
     conn.release(w);
 }
@@ -242,6 +253,33 @@ impl Conn {
                 && !self.flush(w).await
             {
                 return;
+            }
+        }
+    }
+
+    /// Read the PROXY protocol header a balancer sends first (within the header timeout)
+    /// and take the client's address from it. False: no valid header; the connection is
+    /// closed without an answer (it is not speaking to us as configured).
+    async fn proxy_header<C: Content>(&mut self, w: &HttpWorker<C>) -> bool {
+        let deadline = self.read_at + self.generation.config.timeouts.header;
+        loop {
+            match parse_proxy_header(&self.buf[self.start..]) {
+                ProxyParse::Complete(h) => {
+                    if let Some((client, _)) = h.addresses {
+                        self.peer = client;
+                    }
+                    self.start += h.len;
+                    return true;
+                }
+                ProxyParse::Invalid => {
+                    tracing::debug!("{}: no valid PROXY protocol header; closing", self.peer);
+                    return false;
+                }
+                ProxyParse::Partial => {
+                    if !matches!(self.read_more(w, deadline, false).await, ReadOutcome::Data) {
+                        return false;
+                    }
+                }
             }
         }
     }

@@ -18,7 +18,7 @@ mod forward;
 mod handler;
 mod health;
 mod pool;
-mod response_head;
+pub mod response_head;
 mod upstream_io;
 
 pub use handler::Proxy;

@@ -1,4 +1,4 @@
-//! The upstream's response head, checked before anything reaches the client: a valid
+//! The upstream's response head (public for the fuzz target), checked before anything reaches the client: a valid
 //! status line, field values without control bytes, and one unambiguous framing (RFC 9112
 //! §6.3). Both `Transfer-Encoding` and `Content-Length`, differing lengths, a coding other
 //! than chunked, or a malformed length are refused (502), as nginx does: passing them on
@@ -13,7 +13,7 @@ const MAX_FIELDS: usize = 128;
 
 /// How the upstream delimits this response's body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Framing {
+pub enum Framing {
     /// No body (HEAD, 1xx, 204, 304), or a zero length.
     None,
     Length(u64),
@@ -23,7 +23,7 @@ pub(crate) enum Framing {
 }
 
 impl Framing {
-    pub(crate) fn decoder(self) -> BodyFraming {
+    pub fn decoder(self) -> BodyFraming {
         match self {
             Framing::None | Framing::Close => BodyFraming::None,
             Framing::Length(n) => BodyFraming::Length(n),
@@ -33,20 +33,20 @@ impl Framing {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct UpstreamHead {
-    pub(crate) status: u16,
-    pub(crate) head_len: usize,
-    pub(crate) framing: Framing,
+pub struct UpstreamHead {
+    pub status: u16,
+    pub head_len: usize,
+    pub framing: Framing,
     /// The upstream keeps the connection open after this response.
-    pub(crate) keep_alive: bool,
+    pub keep_alive: bool,
     /// `Content-Length` as sent (to pass on for HEAD, where there is no body to measure).
-    pub(crate) declared_length: Option<u64>,
+    pub declared_length: Option<u64>,
     /// Field lines to pass on (`Name: value\r\n` each).
-    pub(crate) fields: Vec<u8>,
+    pub fields: Vec<u8>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Parsed {
+pub enum Parsed {
     Complete(UpstreamHead),
     Partial,
     Invalid(&'static str),
@@ -71,7 +71,7 @@ fn dropped(name: &[u8]) -> bool {
 
 /// Parse one response head from `buf`. `to_head`: the request was HEAD. `upgrade`: the
 /// request asked to switch protocols, so a 101 is acceptable (and keeps `Upgrade`).
-pub(crate) fn parse(buf: &[u8], to_head: bool, upgrade: bool) -> Parsed {
+pub fn parse(buf: &[u8], to_head: bool, upgrade: bool) -> Parsed {
     let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
     let mut resp = httparse::Response::new(&mut fields);
     let head_len = match resp.parse(buf) {

@@ -113,6 +113,7 @@ fn load(args: &ServeArgs) -> anyhow::Result<Resolved> {
     };
     if !args.listen.is_empty() {
         resolved.listen = args.listen.clone();
+        resolved.proxy_protocol.clear();
     }
     if let Some(n) = args.workers {
         resolved.workers = n.max(1);
@@ -221,6 +222,7 @@ fn reload(args: &ServeArgs, current: &Generation) -> anyhow::Result<Arc<Generati
             "listen addresses and worker count change only on restart; keeping the current ones"
         );
         next.listen = current.config.listen.clone();
+        next.proxy_protocol = current.config.proxy_protocol.clone();
         next.workers = current.config.workers;
     }
     let access_log = if next.access_log == current.config.access_log {

@@ -684,3 +684,62 @@ fn the_access_log_names_the_upstream_its_status_and_time() {
         "a static hit has no upstream"
     );
 }
+
+#[test]
+fn proxy_protocol_listeners_take_the_client_address_from_the_balancer() {
+    let b = Backend::start(echo);
+    let s = server_with(
+        &[],
+        &format!(
+            "workers = 1\nlisten = [{{ address = \"127.0.0.1:0\", proxy_protocol = true }}]\n[log]\naccess = \"{{dir}}/access.log\"\n[upstream.app]\nservers = [\"{}\"]\n[[location]]\nproxy = \"app\"\n",
+            b.addr
+        ),
+    );
+    // v1, in the same packet as the request.
+    let mut c = s.client();
+    c.send(b"PROXY TCP4 203.0.113.9 127.0.0.1 5555 80\r\nGET /v1 HTTP/1.1\r\nHost: h\r\n\r\n");
+    let r = c.response(false);
+    assert!(
+        r.text().contains("X-Forwarded-For: 203.0.113.9\r\n"),
+        "{}",
+        r.text()
+    );
+    // The next request on the connection keeps the address.
+    c.send(b"GET /again HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert!(c
+        .response(false)
+        .text()
+        .contains("X-Forwarded-For: 203.0.113.9\r\n"));
+    // v2 (IPv6 source), split over two writes.
+    let mut v2 = b"\r\n\r\n\0\r\nQUIT\n".to_vec();
+    v2.extend_from_slice(&[0x21, 0x21, 0, 36]);
+    let src: std::net::Ipv6Addr = "2001:db8::7".parse().unwrap();
+    v2.extend_from_slice(&src.octets());
+    v2.extend_from_slice(&[0u8; 16]);
+    v2.extend_from_slice(&[0x30, 0x39, 0, 80]);
+    let mut c = s.client();
+    c.send(&v2[..10]);
+    std::thread::sleep(Duration::from_millis(50));
+    c.send(&v2[10..]);
+    c.send(b"GET /v2 HTTP/1.1\r\nHost: h\r\n\r\n");
+    let r = c.response(false);
+    assert!(
+        r.text().contains("X-Forwarded-For: 2001:db8::7\r\n"),
+        "{}",
+        r.text()
+    );
+    assert!(r.text().contains("Forwarded: for=\"[2001:db8::7]\""));
+    // A connection without the header is closed unanswered.
+    let mut c = s.client();
+    c.send(b"GET /plain HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert!(c.closed());
+    // The access log has the real client.
+    let log = s.path("access.log");
+    assert!(eventually(Duration::from_secs(10), || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("203.0.113.9 - - [")
+    }));
+    assert_eq!(b.requests(), 3);
+    s.assert_clean_log(&[]);
+}

@@ -381,3 +381,76 @@ fn gunicorn_behind_ramjet_bodies_streams_and_status_codes() {
     }
     s.assert_clean_log(&[]);
 }
+
+/// HAProxy in front of ramjet, sending the PROXY protocol (v1 or v2).
+struct Haproxy {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Haproxy {
+    fn start(to: std::net::SocketAddr, send_proxy: &str) -> Haproxy {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let conf = dir.path().join("haproxy.cfg");
+        std::fs::write(
+            &conf,
+            format!(
+                "global\n  maxconn 200\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 20s\n  timeout server 20s\nfrontend f\n  bind 127.0.0.1:{port}\n  default_backend b\nbackend b\n  server ramjet {to} {send_proxy}\n"
+            ),
+        )
+        .unwrap();
+        let log = dir.path().join("haproxy.log");
+        let bin = ["/usr/sbin/haproxy", "/usr/bin/haproxy"]
+            .into_iter()
+            .find(|p| Path::new(p).exists())
+            .unwrap_or("haproxy");
+        let mut child = Command::new(bin)
+            .args(["-db", "-f"])
+            .arg(&conf)
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("HAProxy is installed (apt-get install haproxy; .ci/run does it)");
+        wait_listening(port, &mut child, &log);
+        Haproxy {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Haproxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn behind_haproxy_the_proxy_protocol_carries_the_real_client() {
+    let g = Gunicorn::start();
+    let s = crate::server_with(
+        &[("f.txt", b"file")],
+        &format!(
+            "workers = 1\nlisten = [{{ address = \"127.0.0.1:0\", proxy_protocol = true }}]\n[upstream.app]\nservers = [\"127.0.0.1:{}\"]\n[[location]]\nroot = \"root\"\nhandlers = [\"static\", \"proxy\"]\nproxy = \"app\"\n",
+            g.port
+        ),
+    );
+    for mode in ["send-proxy", "send-proxy-v2"] {
+        let h = Haproxy::start(s.addr, mode);
+        let url = format!("http://127.0.0.1:{}", h.port);
+        // The client connects from 127.0.0.2; HAProxy connects to ramjet from 127.0.0.1.
+        let (ok, out) = curl(&["--interface", "127.0.0.2", &format!("{url}/who")]);
+        assert!(ok, "{mode}");
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.contains("xff=127.0.0.2"), "{mode}: {text}");
+        let (ok, out) = curl(&["--interface", "127.0.0.2", &format!("{url}/f.txt")]);
+        assert!(ok && out == b"file", "{mode}");
+    }
+    s.assert_clean_log(&[]);
+}
