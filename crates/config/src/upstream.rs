@@ -29,6 +29,8 @@ pub const DEFAULT_MAX_FAILS: u32 = 1;
 pub const DEFAULT_FAIL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Active health checks run this often when `health_check` is set.
 pub const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+/// Servers per upstream (the proxy tracks the ones a request tried in a 128-bit set).
+pub const MAX_SERVERS: usize = 128;
 /// Largest upstream response head (nginx proxy_buffer_size is 4k/8k; apps set big cookies).
 pub const DEFAULT_MAX_RESPONSE_HEAD: usize = 64 << 10;
 
@@ -167,6 +169,15 @@ pub(crate) fn resolve(name: &str, raw: &RawUpstream) -> Result<Upstream, (String
     }
     if servers.is_empty() {
         return Err((key("servers"), "needs at least one server".into()));
+    }
+    if servers.len() > MAX_SERVERS {
+        return Err((
+            key("servers"),
+            format!(
+                "{} servers; at most {MAX_SERVERS} per upstream",
+                servers.len()
+            ),
+        ));
     }
     let tries = raw.tries.unwrap_or(servers.len() as u32);
     if tries == 0 {

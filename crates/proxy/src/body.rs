@@ -80,7 +80,9 @@ impl UpstreamBody {
         self.done = true;
         if let Some(io) = self.io.take() {
             if self.reusable && self.buf.is_empty() {
-                self.flight.shared().put_back(self.flight.slot, io);
+                self.flight
+                    .shared()
+                    .put_back(self.flight.slot, io, Instant::now());
             }
         }
     }
@@ -154,6 +156,9 @@ impl BodySource for UpstreamBody {
                 }
                 Ok(0) => return self.fail("closed before the end of the body".into()),
                 Ok(_) => {
+                    if self.buf.len() < self.buf.capacity() {
+                        io.clear_read_ready();
+                    }
                     let deadline = Instant::now() + self.timeout;
                     self.sleep.as_mut().reset(deadline);
                 }

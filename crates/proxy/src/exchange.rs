@@ -58,9 +58,14 @@ pub(crate) async fn forward(
     req: &Request<'_>,
     opts: &ProxyOptions,
 ) -> Outcome {
-    let (upstream, generation) = {
+    let (upstream, labels, generation) = {
         let ups = shared.upstreams.borrow();
-        (ups[opts.upstream].config.clone(), shared.generation.get())
+        let state = &ups[opts.upstream];
+        (
+            state.config.clone(),
+            state.labels.clone(),
+            shared.generation.get(),
+        )
     };
     let u = &*upstream;
     let started = Instant::now();
@@ -90,34 +95,48 @@ pub(crate) async fn forward(
         lost: false,
         complete: false,
     };
-    let mut tried = vec![false; u.servers.len()];
+    // Servers tried for this request (config allows at most 128 per upstream).
+    let mut tried: u128 = 0;
     let mut tries = 0;
     // After the stale keep-alive race: this server again, on a new connection.
     let mut retry_same: Option<usize> = None;
     let mut last: Option<Failure> = None;
-    let mut head = Vec::with_capacity(512 + req.head.raw.len());
+    let mut buffers = Buffers::take(shared);
     let mut stale_retries = 0;
-    // For the access log: every server tried, in order.
-    let mut addrs = String::new();
-    let logged = |addrs: &str, status: u16| {
+    // For the access log: the servers tried, in order (the first few).
+    let mut order: [u16; 8] = [0; 8];
+    let mut attempts = 0usize;
+    let logged = |order: &[u16], status: u16| {
+        let mut addr = String::new();
+        for (i, &s) in order.iter().enumerate() {
+            if i > 0 {
+                addr.push_str(", ");
+            }
+            addr.push_str(&labels[usize::from(s)]);
+        }
         Some(Box::new(UpstreamLog {
-            addr: addrs.to_string(),
+            addr,
             status,
             micros: started.elapsed().as_micros() as u64,
         }))
     };
-    let fail = |mut f: Failure, addrs: &str| {
-        f.upstream = logged(addrs, 0);
+    let fail = |mut f: Failure, order: &[u16]| {
+        f.upstream = logged(order, 0);
         Outcome::Fail(f)
     };
     loop {
-        let now = Instant::now();
+        let tried_so_far = &order[..attempts.min(order.len())];
+        let now = if attempts == 0 {
+            started
+        } else {
+            Instant::now()
+        };
         let fresh_only = retry_same.is_some();
         let server = match retry_same.take() {
             Some(s) => s,
             None => {
                 if tries >= u.tries {
-                    return fail(last.unwrap_or_else(|| no_server(u)), &addrs);
+                    return fail(last.unwrap_or_else(|| no_server(u)), tried_so_far);
                 }
                 let mut ups = shared.upstreams.borrow_mut();
                 let state = &mut ups[opts.upstream];
@@ -125,12 +144,12 @@ pub(crate) async fn forward(
                 let picked = state.balancer.pick(
                     u,
                     key,
-                    |i| !tried[i] && servers[i].health.is_up(now),
+                    |i| tried & (1 << i) == 0 && servers[i].health.is_up(now),
                     |i| servers[i].in_flight,
                 );
                 match picked {
                     Some(s) => s,
-                    None => return fail(last.unwrap_or_else(|| no_server(u)), &addrs),
+                    None => return fail(last.unwrap_or_else(|| no_server(u)), tried_so_far),
                 }
             }
         };
@@ -142,12 +161,13 @@ pub(crate) async fn forward(
         if !fresh_only {
             tries += 1;
         }
-        tried[server] = true;
+        tried |= 1 << server;
         let addr = &u.servers[server].addr;
-        if !addrs.is_empty() {
-            addrs.push_str(", ");
+        if let Some(o) = order.get_mut(attempts) {
+            *o = server as u16;
         }
-        addrs.push_str(&addr.to_string());
+        attempts += 1;
+        let order_now = &order[..attempts.min(order.len())];
         let flight = InFlight::new(shared, slot);
         let pooled = if fresh_only {
             None
@@ -169,24 +189,40 @@ pub(crate) async fn forward(
                     AttemptError::Connect(format!("connect: {e}"), kind)
                 })?,
             };
+            let head = &mut buffers.head;
             head.clear();
             let host = match addr {
-                ramjet_config::UpstreamAddr::Tcp(a) => a.to_string(),
-                ramjet_config::UpstreamAddr::Unix(_) => "localhost".into(),
+                ramjet_config::UpstreamAddr::Tcp(_) => labels[server].as_str(),
+                ramjet_config::UpstreamAddr::Unix(_) => "localhost",
             };
-            let fwd = forward::head(&mut head, req.head, &target, opts, req.client, &host);
-            send(&io, &head, fwd.chunked, req, &mut replay, u, reused).await?;
-            let (parsed, rest, interim) =
-                read_head(&io, u, req.head.method == Method::Head, fwd.upgrade, reused).await?;
-            Ok::<_, AttemptError>((io, parsed, rest, interim))
+            let fwd = forward::head(head, req.head, &target, opts, req.client, host);
+            send(&io, head, fwd.chunked, req, &mut replay, u, reused).await?;
+            // The response head is due within header_timeout of the request being sent
+            // (of the attempt's start when there was no body to send: one clock read less).
+            let sent = if has_body(req) { Instant::now() } else { now };
+            let to_head = req.head.method == Method::Head;
+            let read = &mut buffers.read;
+            read.clear();
+            let (parsed, at, interim) = read_head(
+                &io,
+                u,
+                read,
+                sent + u.header_timeout,
+                to_head,
+                fwd.upgrade,
+                reused,
+            )
+            .await?;
+            Ok::<_, AttemptError>((io, parsed, at, interim))
         };
         let failure = match attempt.await {
-            Ok((io, parsed, rest, interim)) => {
+            Ok((io, parsed, at, interim)) => {
                 mark(shared, slot, true, u);
                 let status = parsed.status;
-                let mut response = answer(io, parsed, rest, u, &upstream, flight);
+                let rest = &buffers.read[at..];
+                let mut response = answer(io, parsed, rest, &upstream, flight, now);
                 response.interim = interim;
-                response.upstream = logged(&addrs, status);
+                response.upstream = logged(order_now, status);
                 return Outcome::Respond(response);
             }
             Err(e) => e,
@@ -212,16 +248,16 @@ pub(crate) async fn forward(
                 mark(shared, slot, false, u);
                 let f = upstream_failure(u, server, FailKind::Closed, why);
                 if !resend_ok {
-                    return fail(f, &addrs);
+                    return fail(f, order_now);
                 }
                 last = Some(f);
             }
             AttemptError::Final(kind, why) => {
                 mark(shared, slot, false, u);
-                return fail(upstream_failure(u, server, kind, why), &addrs);
+                return fail(upstream_failure(u, server, kind, why), order_now);
             }
             AttemptError::Downstream(kind, why) => {
-                return fail(Failure::new(Side::Downstream, kind, why), &addrs);
+                return fail(Failure::new(Side::Downstream, kind, why), order_now);
             }
         }
     }
@@ -355,26 +391,29 @@ async fn write_piece(
     }
 }
 
-/// Read the response head, passing over 100 Continue and collecting other 1xx heads.
-/// Returns the head, the bytes read past it, and the interim heads.
+/// Read the response head into `buf` by `deadline`, passing over 100 Continue and
+/// collecting other 1xx heads. Returns the head, where the bytes after it start in `buf`,
+/// and the interim heads.
 async fn read_head(
     io: &Io,
     u: &Upstream,
+    buf: &mut Vec<u8>,
+    deadline: Instant,
     to_head: bool,
     upgrade: bool,
     reused: bool,
-) -> Result<(response_head::UpstreamHead, BytesMut, Vec<u8>), AttemptError> {
-    let deadline = Instant::now() + u.header_timeout;
-    let mut buf = BytesMut::with_capacity(HEAD_READ);
+) -> Result<(response_head::UpstreamHead, usize, Vec<u8>), AttemptError> {
     let mut interim = Vec::new();
     let mut received_any = false;
+    // Where the head being parsed starts (after any 1xx).
+    let mut at = 0;
     loop {
-        match response_head::parse(&buf, to_head, upgrade) {
+        match response_head::parse(&buf[at..], to_head, upgrade) {
             Parsed::Complete(h) if (100..200).contains(&h.status) && h.status != 101 => {
-                let head = buf.split_to(h.head_len);
                 if h.status != 100 {
-                    interim.extend_from_slice(&head);
+                    interim.extend_from_slice(&buf[at..at + h.head_len]);
                 }
+                at += h.head_len;
                 continue;
             }
             Parsed::Complete(h) if h.head_len > u.max_response_head => {
@@ -384,8 +423,8 @@ async fn read_head(
                 ))
             }
             Parsed::Complete(h) => {
-                let rest = buf.split_off(h.head_len);
-                return Ok((h, rest, interim));
+                let body_at = at + h.head_len;
+                return Ok((h, body_at, interim));
             }
             Parsed::Invalid(why) => {
                 return Err(AttemptError::Final(
@@ -393,7 +432,7 @@ async fn read_head(
                     format!("invalid response head: {why}"),
                 ))
             }
-            Parsed::Partial if buf.len() >= u.max_response_head => {
+            Parsed::Partial if buf.len() - at >= u.max_response_head => {
                 return Err(AttemptError::Final(
                     FailKind::TooLarge,
                     format!("response head larger than {} bytes", u.max_response_head),
@@ -416,7 +455,7 @@ async fn read_head(
         if buf.capacity() - buf.len() < 1024 {
             buf.reserve(buf.len().max(HEAD_READ));
         }
-        match io.try_read_buf(&mut buf) {
+        match io.try_read_buf(buf) {
             Ok(0) => {
                 return Err(closed_early(
                     reused,
@@ -424,7 +463,12 @@ async fn read_head(
                     "closed the connection before a complete response head".into(),
                 ))
             }
-            Ok(_) => received_any = true,
+            Ok(_) => {
+                received_any = true;
+                if buf.len() < buf.capacity() {
+                    io.clear_read_ready();
+                }
+            }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) => return Err(closed_early(reused, received_any, format!("read: {e}"))),
         }
@@ -443,10 +487,10 @@ fn closed_early(reused: bool, received_any: bool, why: String) -> AttemptError {
 fn answer(
     io: Io,
     head: response_head::UpstreamHead,
-    mut rest: BytesMut,
-    u: &Upstream,
+    rest: &[u8],
     upstream: &Rc<Upstream>,
     flight: InFlight,
+    now: Instant,
 ) -> Response {
     let mut response = Response::new(head.status, Body::Empty);
     response.headers = head.fields;
@@ -454,13 +498,13 @@ fn answer(
     let slot = flight.slot;
     response.body = match head.framing {
         _ if head.status == 101 => Body::Upgrade(Box::new(Upgraded {
-            prefix: rest.freeze(),
+            prefix: Bytes::copy_from_slice(rest),
             io,
             _flight: flight,
         })),
         Framing::None => {
             if head.keep_alive && rest.is_empty() {
-                shared.put_back(slot, io);
+                shared.put_back(slot, io, now);
             }
             match head.declared_length {
                 Some(n) if n > 0 => Body::Stream(Box::new(Declared(n))),
@@ -469,23 +513,23 @@ fn answer(
         }
         Framing::Length(n) if rest.len() as u64 >= n => {
             // All of it is here already: no streaming, and the connection is free now.
-            let body = rest.split_to(n as usize).freeze();
-            if head.keep_alive && rest.is_empty() {
-                shared.put_back(slot, io);
+            let n = n as usize;
+            if head.keep_alive && rest.len() == n {
+                shared.put_back(slot, io, now);
             }
-            Body::Bytes(body)
+            Body::Bytes(Bytes::copy_from_slice(&rest[..n]))
         }
-        Framing::Chunked => match whole_chunked(&rest) {
+        Framing::Chunked => match whole_chunked(rest) {
             Some((body, used)) if used == rest.len() => {
                 if head.keep_alive {
-                    shared.put_back(slot, io);
+                    shared.put_back(slot, io, now);
                 }
                 // Re-framed with a length: the client gets the same content.
                 Body::Bytes(body)
             }
             _ => Body::Stream(Box::new(UpstreamBody::new(
                 io,
-                rest,
+                BytesMut::from(rest),
                 head.framing,
                 head.keep_alive,
                 upstream.clone(),
@@ -494,16 +538,52 @@ fn answer(
         },
         _ => Body::Stream(Box::new(UpstreamBody::new(
             io,
-            rest,
+            BytesMut::from(rest),
             head.framing,
             head.keep_alive,
             upstream.clone(),
             flight,
         ))),
     };
-    let _ = u;
     response
 }
+
+/// The request-head and response-head buffers of one exchange, borrowed from the
+/// worker's pool and given back when the exchange ends however it ends.
+struct Buffers<'a> {
+    shared: &'a Shared,
+    head: Vec<u8>,
+    read: Vec<u8>,
+}
+
+impl<'a> Buffers<'a> {
+    fn take(shared: &'a Shared) -> Buffers<'a> {
+        let (head, read) = shared
+            .buffers
+            .borrow_mut()
+            .pop()
+            .unwrap_or_else(|| (Vec::with_capacity(1024), Vec::with_capacity(HEAD_READ)));
+        Buffers { shared, head, read }
+    }
+}
+
+impl Drop for Buffers<'_> {
+    fn drop(&mut self) {
+        // Buffers that grew for a huge head are not kept.
+        if self.head.capacity() <= 64 << 10 && self.read.capacity() <= 256 << 10 {
+            let mut pool = self.shared.buffers.borrow_mut();
+            if pool.len() < MAX_POOLED_BUFFERS {
+                pool.push((
+                    std::mem::take(&mut self.head),
+                    std::mem::take(&mut self.read),
+                ));
+            }
+        }
+    }
+}
+
+/// Buffer pairs kept per worker for reuse.
+const MAX_POOLED_BUFFERS: usize = 64;
 
 /// A chunked body that arrived whole with its head: decoded at once (its trailers, like
 /// every upstream trailer, are dropped, as nginx does for HTTP/1.1).

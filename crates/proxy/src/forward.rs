@@ -116,8 +116,9 @@ pub(crate) fn head(
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,
     };
-    let ip_text = ip.to_string();
-    write_list(out, b"X-Forwarded-For", &xff, ip_text.as_bytes());
+    let mut ip_buf = [0u8; 48];
+    let ip_text = ip_text(ip, &mut ip_buf);
+    write_list(out, b"X-Forwarded-For", &xff, ip_text);
     out.extend_from_slice(b"X-Forwarded-Proto: http\r\n");
     if let Some(h) = head.host {
         out.extend_from_slice(b"X-Forwarded-Host: ");
@@ -125,20 +126,31 @@ pub(crate) fn head(
         out.extend_from_slice(b"\r\n");
     }
     // RFC 7239: IPv6 and any value with ':' are quoted.
-    let mut element = match ip {
-        IpAddr::V4(_) => format!("for={ip_text}"),
-        IpAddr::V6(_) => format!("for=\"[{ip_text}]\""),
-    };
+    out.extend_from_slice(b"Forwarded: ");
+    for v in &fwd {
+        out.extend_from_slice(v);
+        out.extend_from_slice(b", ");
+    }
+    match ip {
+        IpAddr::V4(_) => {
+            out.extend_from_slice(b"for=");
+            out.extend_from_slice(ip_text);
+        }
+        IpAddr::V6(_) => {
+            out.extend_from_slice(b"for=\"[");
+            out.extend_from_slice(ip_text);
+            out.extend_from_slice(b"]\"");
+        }
+    }
     if let Some(h) = head
         .host
         .filter(|h| h.iter().all(|&b| b > b' ' && b != b'"'))
     {
-        element.push_str(";host=\"");
-        element.push_str(&String::from_utf8_lossy(h));
-        element.push('"');
+        out.extend_from_slice(b";host=\"");
+        out.extend_from_slice(h);
+        out.push(b'"');
     }
-    element.push_str(";proto=http");
-    write_list(out, b"Forwarded", &fwd, element.as_bytes());
+    out.extend_from_slice(b";proto=http\r\n");
     let me: &[u8] = match head.version {
         Version::Http10 => b"1.0 ramjet",
         Version::Http11 => b"1.1 ramjet",
@@ -177,6 +189,33 @@ pub(crate) fn head(
     Forwarded { upgrade, chunked }
 }
 
+/// An address as text; IPv4 (the common case) written without `fmt`.
+fn ip_text(ip: IpAddr, buf: &mut [u8; 48]) -> &[u8] {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut n = 0;
+            for (i, o) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    buf[n] = b'.';
+                    n += 1;
+                }
+                let mut digits = itoa::Buffer::new();
+                let d = digits.format(o).as_bytes();
+                buf[n..n + d.len()].copy_from_slice(d);
+                n += d.len();
+            }
+            &buf[..n]
+        }
+        IpAddr::V6(v6) => {
+            use std::io::Write;
+            let mut w = &mut buf[..];
+            let _ = write!(w, "{v6}");
+            let left = w.len();
+            &buf[..48 - left]
+        }
+    }
+}
+
 /// `Name: earlier values, ours`.
 fn write_list(out: &mut Vec<u8>, name: &[u8], earlier: &[&[u8]], ours: &[u8]) {
     out.extend_from_slice(name);
@@ -192,15 +231,15 @@ fn write_list(out: &mut Vec<u8>, name: &[u8], earlier: &[&[u8]], ours: &[u8]) {
 /// The target sent upstream: as received, or with the location's prefix replaced by
 /// `proxy_path` (the rest of the normalised path percent-encoded again, the query as
 /// received).
-pub(crate) fn target(
-    raw_target: &str,
+pub(crate) fn target<'a>(
+    raw_target: &'a str,
     path: &[u8],
     query: Option<&str>,
     prefix: &str,
     replacement: Option<&str>,
-) -> Vec<u8> {
+) -> std::borrow::Cow<'a, [u8]> {
     let Some(new) = replacement else {
-        return raw_target.as_bytes().to_vec();
+        return std::borrow::Cow::Borrowed(raw_target.as_bytes());
     };
     let rest = path.strip_prefix(prefix.as_bytes()).unwrap_or(path);
     let mut out = Vec::with_capacity(new.len() + rest.len() + 16);
@@ -220,7 +259,7 @@ pub(crate) fn target(
         out.push(b'?');
         out.extend_from_slice(q.as_bytes());
     }
-    out
+    std::borrow::Cow::Owned(out)
 }
 
 #[cfg(test)]
@@ -325,11 +364,11 @@ mod tests {
     #[test]
     fn targets_are_rewritten_under_the_prefix() {
         assert_eq!(
-            target("/api/x?y", b"/api/x", Some("y"), "/api/", None),
+            &*target("/api/x?y", b"/api/x", Some("y"), "/api/", None),
             b"/api/x?y"
         );
         assert_eq!(
-            target(
+            &*target(
                 "/api/a%20b?q=1",
                 b"/api/a b",
                 Some("q=1"),
@@ -338,7 +377,10 @@ mod tests {
             ),
             b"/v2/a%20b?q=1"
         );
-        assert_eq!(target("/api/", b"/api/", None, "/api/", Some("/")), b"/");
-        assert_eq!(target("/app/x", b"/app/x", None, "/app", Some("/")), b"/x");
+        assert_eq!(&*target("/api/", b"/api/", None, "/api/", Some("/")), b"/");
+        assert_eq!(
+            &*target("/app/x", b"/app/x", None, "/app", Some("/")),
+            b"/x"
+        );
     }
 }

@@ -25,6 +25,8 @@ pub(crate) struct ServerState {
 pub(crate) struct UpstreamState {
     /// The upstream's configuration, shared with the bodies streaming from it.
     pub(crate) config: Rc<Upstream>,
+    /// Each server's address as text (logs, and the Host for a client that sent none).
+    pub(crate) labels: Rc<[String]>,
     pub(crate) servers: Vec<ServerState>,
     pub(crate) balancer: Balancer,
     last_check: Option<Instant>,
@@ -38,6 +40,8 @@ pub(crate) struct Shared {
     pub(crate) generation: Cell<u64>,
     /// The configuration the state was built for (its address: a reload makes a new one).
     built_for: Cell<usize>,
+    /// Request-head and response-head buffers for reuse.
+    pub(crate) buffers: RefCell<Vec<(Vec<u8>, Vec<u8>)>>,
 }
 
 impl Shared {
@@ -55,6 +59,7 @@ impl Shared {
             .iter()
             .map(|u| UpstreamState {
                 config: Rc::new(u.clone()),
+                labels: u.servers.iter().map(|s| s.addr.to_string()).collect(),
                 servers: u.servers.iter().map(|_| ServerState::default()).collect(),
                 balancer: Balancer::new(u),
                 last_check: None,
@@ -63,7 +68,7 @@ impl Shared {
     }
 
     /// Give back a connection after a complete exchange.
-    pub(crate) fn put_back(&self, at: Slot, io: Io) {
+    pub(crate) fn put_back(&self, at: Slot, io: Io, now: Instant) {
         if at.generation != self.generation.get() {
             return;
         }
@@ -71,7 +76,7 @@ impl Shared {
         let u = &mut ups[at.upstream];
         let limit = u.config.keepalive;
         if let Some(s) = u.servers.get_mut(at.server) {
-            s.pool.put(io, limit, Instant::now());
+            s.pool.put(io, limit, now);
         }
     }
 }

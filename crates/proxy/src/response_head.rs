@@ -9,7 +9,7 @@
 use ramjet_http1::BodyFraming;
 
 /// Most fields read from an upstream response.
-const MAX_FIELDS: usize = 128;
+const MAX_FIELDS: usize = 100;
 
 /// How the upstream delimits this response's body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,9 +72,15 @@ fn dropped(name: &[u8]) -> bool {
 /// Parse one response head from `buf`. `to_head`: the request was HEAD. `upgrade`: the
 /// request asked to switch protocols, so a 101 is acceptable (and keeps `Upgrade`).
 pub fn parse(buf: &[u8], to_head: bool, upgrade: bool) -> Parsed {
-    let mut fields = [httparse::EMPTY_HEADER; MAX_FIELDS];
-    let mut resp = httparse::Response::new(&mut fields);
-    let head_len = match resp.parse(buf) {
+    // Uninitialised slots: initialising them all costs more than parsing a small head.
+    let mut fields =
+        [const { std::mem::MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
+    let mut resp = httparse::Response::new(&mut []);
+    let head_len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut resp,
+        buf,
+        &mut fields,
+    ) {
         Ok(httparse::Status::Complete(n)) => n,
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(httparse::Error::TooManyHeaders) => return Parsed::Invalid("too many header fields"),

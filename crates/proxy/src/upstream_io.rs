@@ -7,7 +7,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::BytesMut;
 use ramjet_config::UpstreamAddr;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
@@ -54,7 +53,7 @@ impl Io {
         }
     }
 
-    pub(crate) fn try_read_buf(&self, buf: &mut BytesMut) -> io::Result<usize> {
+    pub(crate) fn try_read_buf<B: bytes::BufMut>(&self, buf: &mut B) -> io::Result<usize> {
         match self {
             Io::Tcp(s) => s.try_read_buf(buf),
             Io::Unix(s) => s.try_read_buf(buf),
@@ -114,9 +113,29 @@ impl Io {
         Ok(())
     }
 
+    /// After a read that left the socket empty (a short read): forget tokio's read
+    /// readiness without a syscall (a `WouldBlock` from `try_io` clears it), so the next
+    /// wait does not start with a `recv` that fails with EAGAIN, and an idle pooled
+    /// connection reports readiness only when the upstream sends something (or closes).
+    pub(crate) fn clear_read_ready(&self) {
+        let would_block = || Err::<(), _>(io::ErrorKind::WouldBlock.into());
+        let _ = match self {
+            Io::Tcp(s) => s.try_io(tokio::io::Interest::READABLE, would_block),
+            Io::Unix(s) => s.try_io(tokio::io::Interest::READABLE, would_block),
+        };
+    }
+
     /// Whether an idle pooled connection can still carry a request: nothing to read (a
-    /// closed connection reads EOF, and an idle one must have sent nothing).
+    /// closed connection reads EOF, and an idle one must have sent nothing). Asked of the
+    /// reactor first: no readiness since the last read means the upstream sent nothing,
+    /// FIN included, and costs no syscall; only a connection with readiness is probed.
     pub(crate) fn is_idle_and_open(&self) -> bool {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match self.poll_read_ready(&mut cx) {
+            Poll::Pending => return true,
+            Poll::Ready(Err(_)) => return false,
+            Poll::Ready(Ok(())) => {}
+        }
         let mut probe = [0u8; 1];
         let r = match self {
             Io::Tcp(s) => s.try_read(&mut probe),

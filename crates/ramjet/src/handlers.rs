@@ -57,6 +57,8 @@ impl Content for Handlers {
             match self.one(h, req) {
                 Ok(Outcome::Declined) => continue,
                 Ok(outcome) => return Ok(outcome),
+                // The last handler's work needs no wrapping: nothing follows it.
+                Err(later) if i + 1 == req.location.handlers.len() => return Err(later),
                 Err(later) => return Err(Box::pin(self.rest(req, later, i + 1))),
             }
         }

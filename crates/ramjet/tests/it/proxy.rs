@@ -541,7 +541,15 @@ fn client_aborts_release_the_upstream_connection() {
     );
     // Warm up (the worker's first request opens its log, caches, ...).
     assert_eq!(s.get("/warm").status, 200);
-    let baseline = s.open_fds();
+    // The warm-up's own sockets close just after its answer: settle first.
+    let mut baseline = s.open_fds();
+    eventually(Duration::from_secs(5), || {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = s.open_fds();
+        let settled = now == baseline;
+        baseline = now;
+        settled
+    });
     {
         let mut c = s.client();
         c.send(b"GET /big HTTP/1.1\r\nHost: h\r\n\r\n");
@@ -559,7 +567,7 @@ fn client_aborts_release_the_upstream_connection() {
         );
     }
     assert!(
-        eventually(Duration::from_secs(10), || s.open_fds() == baseline),
+        eventually(Duration::from_secs(10), || s.open_fds() <= baseline),
         "download abort: {} descriptors open, {baseline} before",
         s.open_fds()
     );
@@ -570,7 +578,7 @@ fn client_aborts_release_the_upstream_connection() {
         assert!(eventually(Duration::from_secs(10), || b.requests() >= 1));
     }
     assert!(
-        eventually(Duration::from_secs(10), || s.open_fds() == baseline),
+        eventually(Duration::from_secs(10), || s.open_fds() <= baseline),
         "upload abort: {} descriptors open, {baseline} before",
         s.open_fds()
     );
