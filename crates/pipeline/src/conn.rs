@@ -82,10 +82,32 @@ struct Conn {
     seen_generation: u64,
     /// When the last bytes were read (one clock read per batch).
     read_at: Instant,
-    /// No more requests are read: close once the outbox is written.
-    closing: bool,
-    /// Close by draining unread input first.
-    linger: bool,
+    state: State,
+}
+
+/// Where a connection stands (DESIGN.md §4.2: an enum, not flags). `Conn::serve` has one
+/// wait point for input, `read_more`, whose deadline the state decides; what runs between
+/// two waits (parse all, produce all, queue all, write the batch) never waits for the
+/// client except to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// No request yet: the first must start within `timeouts.header`.
+    New,
+    /// Between requests: the next must start within `timeouts.keepalive`.
+    Idle,
+    /// A head has partly arrived: it must be complete by then (else 408).
+    ReadingHead(Instant),
+    /// Nothing more is read: write what is queued, then close.
+    Closing,
+    /// Closing after an error answer: unread input is drained for a while first, so the
+    /// client reads the answer rather than a reset (nginx lingering_close).
+    Lingering,
+}
+
+impl State {
+    fn is_closing(self) -> bool {
+        matches!(self, State::Closing | State::Lingering)
+    }
 }
 
 pub(crate) async fn run<C: Content>(
@@ -105,8 +127,7 @@ pub(crate) async fn run<C: Content>(
         generation: w.current(),
         seen_generation: w.generation.get(),
         read_at: Instant::now(),
-        closing: false,
-        linger: false,
+        state: State::New,
     };
     if conn
         .generation
@@ -122,28 +143,27 @@ pub(crate) async fn run<C: Content>(
 
 impl Conn {
     async fn serve<C: Content>(&mut self, w: &HttpWorker<C>) {
-        // Deadline for the head being read; set when a head turns out to be incomplete.
-        let mut head_deadline: Option<Instant> = None;
-        let mut first = true;
         // A local handle on the configuration (not `self.generation`), so that borrowing it
         // does not conflict with `&mut self` calls; refreshed only when a reload happened.
         let mut gen = self.generation.clone();
         loop {
             if self.start == self.buf.len() {
                 // Everything read has been answered: write, log, then wait idle.
-                if !self.flush(w).await || self.closing {
+                if !self.flush(w).await || self.state.is_closing() {
                     return self.close().await;
                 }
                 let t = &self.generation.config.timeouts;
-                let idle = if first { t.header } else { t.keepalive };
+                let idle = if self.state == State::New {
+                    t.header
+                } else {
+                    t.keepalive
+                };
                 if !matches!(
                     self.read_more(w, self.read_at + idle, true).await,
                     ReadOutcome::Data
                 ) {
                     return;
                 }
-                head_deadline = None;
-                first = false;
             }
             if w.generation.get() != self.seen_generation {
                 self.generation = w.current();
@@ -155,8 +175,11 @@ impl Conn {
             // match, so the awaits below do not carry it in every connection's future.
             let answered = match parse_request_head(&self.buf[self.start..], &config.limits.http1) {
                 Parse::Partial => {
-                    let deadline =
-                        *head_deadline.get_or_insert(self.read_at + config.timeouts.header);
+                    let deadline = match self.state {
+                        State::ReadingHead(d) => d,
+                        _ => self.read_at + config.timeouts.header,
+                    };
+                    self.state = State::ReadingHead(deadline);
                     if !self.flush(w).await {
                         return;
                     }
@@ -233,28 +256,35 @@ impl Conn {
             let bad_body = body.is_err();
             let unread = self.take_back(body, expect_continue);
             if !keep {
-                self.closing = true;
-                self.linger = bad_body;
-                self.start = self.buf.len();
+                self.stop_reading(bad_body);
                 continue;
             }
             if let Some((mut decoder, expect)) = unread {
                 // Boxed: request bodies are rare on a static server, and inline this future
                 // would grow every connection's state.
                 if !Box::pin(self.discard_body(w, &mut decoder, expect)).await {
-                    self.closing = true;
-                    self.start = self.buf.len();
+                    self.stop_reading(false);
                     continue;
                 }
             }
-            first = false;
-            head_deadline = None;
+            self.state = State::Idle;
             if (self.out.responses() >= MAX_BATCH || self.out.buffered() >= MAX_BATCH_BYTES)
                 && !self.flush(w).await
             {
                 return;
             }
         }
+    }
+
+    /// Stop reading requests: what is queued is written, then the connection closes
+    /// (lingering when `linger`, or when an error already asked for it).
+    fn stop_reading(&mut self, linger: bool) {
+        self.state = if linger || self.state == State::Lingering {
+            State::Lingering
+        } else {
+            State::Closing
+        };
+        self.start = self.buf.len();
     }
 
     /// Read the PROXY protocol header a balancer sends first (within the header timeout)
@@ -345,8 +375,7 @@ impl Conn {
             unix_secs,
             upstream: None,
         });
-        self.closing = true;
-        self.linger = true;
+        self.state = State::Lingering;
     }
 
     /// Consume a request body by its framing. False: stop reading this connection.
@@ -361,7 +390,7 @@ impl Conn {
                 match decoder.decode(&self.buf[self.start..]) {
                     Ok(step) => self.start += step.consumed,
                     Err(_) => {
-                        self.linger = true;
+                        self.state = State::Lingering;
                         return false;
                     }
                 }
@@ -534,7 +563,7 @@ impl Conn {
     /// Close: send FIN, and when unread input may follow an error, drain it for a while so
     /// the client reads our response before any reset.
     async fn close(&mut self) {
-        if !self.linger {
+        if self.state != State::Lingering {
             // Dropping the socket closes it, which sends the FIN: no shutdown(2) needed.
             return;
         }
