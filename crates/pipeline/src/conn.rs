@@ -228,7 +228,11 @@ impl Conn {
                     let mut response = response;
                     let tunnel = upgrade_of(&mut response);
                     let status = response.status;
-                    let upstream = response.upstream.take();
+                    let upstream = response
+                        .extras
+                        .as_mut()
+                        .and_then(|e| e.upstream.take())
+                        .map(Box::new);
                     let (unix_secs, keep) = queue(w, &mut self.out, response, &head, keep);
                     let mut pending = self.pending_of(&head, status, started, unix_secs);
                     pending.upstream = upstream;
@@ -663,13 +667,27 @@ fn encode_head(
 ) {
     if version == Version::Http11 {
         // A 1.0 client does not expect informational responses (RFC 9110 §15.2).
-        out.extend_from_slice(&r.interim);
+        if let Some(e) = &r.extras {
+            out.extend_from_slice(&e.interim);
+        }
     }
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(itoa::Buffer::new().format(r.status).as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(reason(r.status).as_bytes());
-    out.extend_from_slice(b"\r\nServer: ramjet\r\nDate: ");
+    // The statuses of the static fast path, written whole; the rest from the registry.
+    let line: &[u8] = match r.status {
+        200 => b"HTTP/1.1 200 OK\r\nServer: ramjet\r\nDate: ",
+        206 => b"HTTP/1.1 206 Partial Content\r\nServer: ramjet\r\nDate: ",
+        304 => b"HTTP/1.1 304 Not Modified\r\nServer: ramjet\r\nDate: ",
+        404 => b"HTTP/1.1 404 Not Found\r\nServer: ramjet\r\nDate: ",
+        _ => b"",
+    };
+    if line.is_empty() {
+        out.extend_from_slice(b"HTTP/1.1 ");
+        out.extend_from_slice(itoa::Buffer::new().format(r.status).as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(reason(r.status).as_bytes());
+        out.extend_from_slice(b"\r\nServer: ramjet\r\nDate: ");
+    } else {
+        out.extend_from_slice(line);
+    }
     out.extend_from_slice(date);
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(&r.shared_headers);

@@ -49,7 +49,7 @@ pub struct Failure {
     /// Connection refused".
     pub detail: Cow<'static, str>,
     /// For the access log, when a backend was involved.
-    pub upstream: Option<Box<ramjet_observe::UpstreamLog>>,
+    pub upstream: Option<ramjet_observe::UpstreamLog>,
 }
 
 impl Failure {

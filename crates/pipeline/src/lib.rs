@@ -23,5 +23,5 @@ pub use content::{Content, Later, Outcome, Request};
 pub use error_page::error_response;
 pub use failure::{FailKind, Failure, Level, Side};
 pub use request_body::{BodyError, RequestBody};
-pub use response::{Body, BodySource, Part, Response, Tunnel};
+pub use response::{Body, BodySource, Extras, Part, Response, Tunnel};
 pub use worker::{Generation, HttpWorker};

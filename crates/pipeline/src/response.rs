@@ -18,12 +18,20 @@ pub struct Response {
     pub shared_headers: Bytes,
     /// Header lines for this response only.
     pub headers: Vec<u8>,
+    pub body: Body,
+    /// What only some responses carry, boxed so every response stays small (responses are
+    /// moved through several stages, and a larger one is copied with a `memcpy` call).
+    pub extras: Option<Box<Extras>>,
+}
+
+/// The rare parts of a response.
+#[derive(Debug, Default)]
+pub struct Extras {
     /// Complete informational (1xx) heads a backend sent before this response, passed on
     /// to HTTP/1.1 clients in front of it.
     pub interim: Vec<u8>,
-    pub body: Body,
     /// For the access log, when a backend was involved.
-    pub upstream: Option<Box<ramjet_observe::UpstreamLog>>,
+    pub upstream: Option<ramjet_observe::UpstreamLog>,
 }
 
 /// A message body.
@@ -117,9 +125,8 @@ impl Response {
             status,
             shared_headers: Bytes::new(),
             headers: Vec::new(),
-            interim: Vec::new(),
             body,
-            upstream: None,
+            extras: None,
         }
     }
 

@@ -150,7 +150,12 @@ fn finish(outcome: Outcome, head: &RequestHead<'_>) -> Response {
         Outcome::Declined => error_response(404),
         Outcome::Fail(f) => {
             let mut r = error_response(f.log(head.request_line()));
-            r.upstream = f.upstream;
+            if let Some(upstream) = f.upstream {
+                r.extras = Some(Box::new(crate::response::Extras {
+                    interim: Vec::new(),
+                    upstream: Some(upstream),
+                }));
+            }
             r
         }
     }

@@ -16,7 +16,7 @@ use bytes::{Bytes, BytesMut};
 use ramjet_config::{Balance, ProxyOptions, Upstream};
 use ramjet_http1::{BodyDecoder, Method};
 use ramjet_observe::UpstreamLog;
-use ramjet_pipeline::{Body, FailKind, Failure, Outcome, Request, Response, Side};
+use ramjet_pipeline::{Body, Extras, FailKind, Failure, Outcome, Request, Response, Side};
 use tokio::time::Instant;
 
 use crate::balance::fnv1a;
@@ -114,11 +114,11 @@ pub(crate) async fn forward(
             }
             addr.push_str(&labels[usize::from(s)]);
         }
-        Some(Box::new(UpstreamLog {
+        Some(UpstreamLog {
             addr,
             status,
             micros: started.elapsed().as_micros() as u64,
-        }))
+        })
     };
     let fail = |mut f: Failure, order: &[u16]| {
         f.upstream = logged(order, 0);
@@ -221,8 +221,10 @@ pub(crate) async fn forward(
                 let status = parsed.status;
                 let rest = &buffers.read[at..];
                 let mut response = answer(io, parsed, rest, &upstream, flight, now);
-                response.interim = interim;
-                response.upstream = logged(order_now, status);
+                response.extras = Some(Box::new(Extras {
+                    interim,
+                    upstream: logged(order_now, status),
+                }));
                 return Outcome::Respond(response);
             }
             Err(e) => e,
@@ -279,9 +281,11 @@ fn upstream_failure(u: &Upstream, server: usize, kind: FailKind, why: String) ->
     )
 }
 
-/// Passive health: count a failure (maybe marking the server down) or a success.
+/// Passive health: count a failure (maybe marking the server down) or a success. An
+/// upstream of one server is never marked down by failures (as nginx does): there is no
+/// other to send the traffic to, and refusing it would only add 502s.
 fn mark(shared: &Shared, slot: Slot, ok: bool, u: &Upstream) {
-    if slot.generation != shared.generation.get() {
+    if slot.generation != shared.generation.get() || u.servers.len() == 1 {
         return;
     }
     let mut ups = shared.upstreams.borrow_mut();

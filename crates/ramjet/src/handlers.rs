@@ -26,7 +26,7 @@ impl Handlers {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn one<'r>(&'r self, h: Handler, req: &'r Request<'r>) -> Result<Outcome, Later<'r>> {
         match h {
             Handler::Static => self.statics.produce(req),
@@ -53,7 +53,11 @@ impl Handlers {
 impl Content for Handlers {
     #[inline]
     fn produce<'r>(&'r self, req: &'r Request<'r>) -> Result<Outcome, Later<'r>> {
-        for (i, &h) in req.location.handlers.iter().enumerate() {
+        let chain = &req.location.handlers[..];
+        if let [only] = chain {
+            return self.one(*only, req);
+        }
+        for (i, &h) in chain.iter().enumerate() {
             match self.one(h, req) {
                 Ok(Outcome::Declined) => continue,
                 Ok(outcome) => return Ok(outcome),

@@ -226,6 +226,10 @@ fn invalid_upstream_responses_never_reach_the_client() {
         // The connection to the client is still good.
         c.send(b"GET /x HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
         assert_eq!(c.response(false).status, 502, "{name}");
+        // A single server is never taken out of service by failures (nginx's rule).
+        assert_eq!(b.requests(), 2, "{name}");
+        // Every line logged is about the upstream's fault.
+        s.assert_clean_log(&["upstream app ("]);
     }
     // A head larger than max_response_head.
     let b = Backend::start(|ex| {
@@ -242,6 +246,7 @@ fn invalid_upstream_responses_never_reach_the_client() {
         "response head larger than 4096 bytes",
         Duration::from_secs(5)
     ));
+    s.assert_clean_log(&["upstream app ("]);
 }
 
 #[test]
@@ -269,6 +274,7 @@ fn a_body_cut_short_by_the_backend_ends_the_client_connection() {
         "the client saw the connection end, not a complete body"
     );
     assert!(s.wait_for_log("closed before the end of the body", Duration::from_secs(5)));
+    s.assert_clean_log(&["closed before the end of the body"]);
 }
 
 #[test]
@@ -288,6 +294,7 @@ fn the_stale_keepalive_race_is_retried_and_never_reaches_the_client() {
         let r = c.response(false);
         assert_eq!(r.status, 200, "request {i}: {}", r.text());
     }
+    s.assert_clean_log(&[]);
     // A POST is not resent: its effect may have happened (502), unless configured.
     c.send(b"POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx");
     assert_eq!(c.response(false).status, 502);
@@ -307,6 +314,7 @@ fn the_stale_keepalive_race_is_retried_and_never_reaches_the_client() {
         assert_eq!(r.status, 200, "POST {i} with retry_non_idempotent");
         assert!(r.text().ends_with("abc"));
     }
+    s.assert_clean_log(&[]);
 }
 
 #[test]
@@ -398,6 +406,7 @@ fn balancing_round_robin_least_connections_and_hash() {
         let answers: Vec<String> = (0..10).map(|i| s.get(&format!("/{i}")).text()).collect();
         let to_a = answers.iter().filter(|x| *x == "a").count();
         assert!((3..=7).contains(&to_a), "{balance}: {answers:?}");
+        s.assert_clean_log(&[]);
     }
     let s = proxy_to(&servers, "balance = \"hash-uri\"", "", &[]);
     for i in 0..10 {
@@ -419,6 +428,7 @@ fn balancing_round_robin_least_connections_and_hash() {
         .filter(|i| s.get(&format!("/{i}")).text() == "a")
         .count();
     assert_eq!(to_a, 6);
+    s.assert_clean_log(&[]);
 }
 
 #[test]
@@ -617,6 +627,7 @@ fn large_uploads_and_slow_downloads_stream_without_sitting_in_memory() {
         peak < 150_000,
         "peak resident memory {peak} kB for a {size}-byte upload"
     );
+    s.assert_clean_log(&[]);
 }
 
 #[test]
@@ -691,6 +702,7 @@ fn the_access_log_names_the_upstream_its_status_and_time() {
         file["upstream_addr"].is_null(),
         "a static hit has no upstream"
     );
+    s.assert_clean_log(&["out of service"]);
 }
 
 #[test]
