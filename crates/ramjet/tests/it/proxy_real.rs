@@ -226,6 +226,8 @@ fn apache_behind_ramjet_files_ranges_cgi_and_its_keepalive_timeout() {
 struct Gunicorn {
     child: Child,
     port: u16,
+    /// gunicorn also listens on this UNIX socket.
+    socket: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -257,8 +259,12 @@ def app(environ, start_response):
         .unwrap();
         let port = free_port();
         let log = dir.path().join("gunicorn.log");
+        let socket = dir.path().join("app.sock");
         let mut child = Command::new("gunicorn")
-            .args(["-w", "2", "-b", &format!("127.0.0.1:{port}"), "--chdir"])
+            .args(["-w", "2", "-b", &format!("127.0.0.1:{port}")])
+            .arg("-b")
+            .arg(format!("unix:{}", socket.display()))
+            .arg("--chdir")
             .arg(dir.path())
             .args(["--error-logfile"])
             .arg(&log)
@@ -270,9 +276,14 @@ def app(environ, start_response):
             .spawn()
             .expect("gunicorn is installed (pip install gunicorn; .ci/run does it)");
         wait_listening(port, &mut child, &log);
+        let end = Instant::now() + Duration::from_secs(10);
+        while !socket.exists() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         Gunicorn {
             child,
             port,
+            socket,
             _dir: dir,
         }
     }
@@ -452,5 +463,45 @@ fn behind_haproxy_the_proxy_protocol_carries_the_real_client() {
         let (ok, out) = curl(&["--interface", "127.0.0.2", &format!("{url}/f.txt")]);
         assert!(ok && out == b"file", "{mode}");
     }
+    s.assert_clean_log(&[]);
+}
+
+#[test]
+fn a_unix_socket_upstream_and_a_reload_that_moves_the_traffic() {
+    let g = Gunicorn::start();
+    let config = |server: &str| {
+        format!(
+            "workers = 2\n[upstream.app]\nservers = [\"{server}\"]\n[[location]]\nproxy = \"app\"\n"
+        )
+    };
+    let s = crate::server_with(&[], &config(&format!("unix:{}", g.socket.display())));
+    for i in 0..4 {
+        let r = s.get(&format!("/over-unix/{i}"));
+        assert_eq!(r.status, 200);
+        assert!(
+            r.text()
+                .starts_with(&format!("GET /over-unix/{i}? len=0 xff=127.0.0.1")),
+            "{}",
+            r.text()
+        );
+    }
+    // The same app over TCP after a reload; requests keep working throughout.
+    let b = ramjet_testkit::Backend::start(|ex| {
+        ex.ok(b"new backend");
+        ramjet_testkit::Flow::Keep
+    });
+    s.rewrite_config(&config(&b.addr.to_string()));
+    s.signal(libc::SIGHUP);
+    assert!(s.wait_for_log("configuration reloaded", Duration::from_secs(10)));
+    let end = Instant::now() + Duration::from_secs(10);
+    let mut moved = 0;
+    while moved < 4 && Instant::now() < end {
+        let r = s.get("/after");
+        assert_eq!(r.status, 200);
+        if r.text() == "new backend" {
+            moved += 1;
+        }
+    }
+    assert_eq!(moved, 4, "both workers forward to the new upstream");
     s.assert_clean_log(&[]);
 }
