@@ -546,21 +546,19 @@ impl Conn {
 
     /// After a 101: write the response, pass on what the client sent after its request,
     /// then copy bytes both ways until either side closes.
-    async fn tunnel<C: Content>(&mut self, w: &HttpWorker<C>, mut t: Box<dyn Tunnel>) {
+    async fn tunnel<C: Content>(&mut self, w: &HttpWorker<C>, t: Box<dyn Tunnel>) {
         if !self.flush(w).await {
             return;
         }
-        if self.start < self.buf.len() {
-            if t.write_all(&self.buf[self.start..]).await.is_err() {
-                return;
-            }
-            self.start = self.buf.len();
-        }
-        self.buf.clear();
+        let early = std::mem::take(&mut self.buf);
+        let ended = crate::tunnel::run(&mut self.stream, &early[self.start..], t).await;
         self.start = 0;
+        w.give_buffer(early);
         self.release(w);
-        if let Err(e) = tokio::io::copy_bidirectional(&mut self.stream, &mut t).await {
-            tracing::debug!("{}: tunnel: {e}", self.peer);
+        match ended {
+            crate::tunnel::Ended::Closed(None) => {}
+            crate::tunnel::Ended::Closed(Some(e)) => tracing::debug!("{}: tunnel: {e}", self.peer),
+            crate::tunnel::Ended::Idle => tracing::debug!("{}: tunnel idle; closed", self.peer),
         }
     }
 

@@ -17,6 +17,7 @@ mod outbox;
 mod request_body;
 mod response;
 pub mod stage;
+mod tunnel;
 mod worker;
 
 pub use content::{Content, Later, Outcome, Request};

@@ -55,7 +55,12 @@ pub enum Body {
 }
 
 /// The other end of a tunnel (an upstream connection that switched protocols).
-pub trait Tunnel: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin {}
+pub trait Tunnel: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin {
+    /// The tunnel is closed when neither side sent anything for this long (`None`: never).
+    fn idle_timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
+}
 
 impl std::fmt::Debug for Body {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -191,10 +191,16 @@ impl BodySource for Declared {
 pub(crate) struct Upgraded {
     pub(crate) prefix: Bytes,
     pub(crate) io: Io,
+    /// The upstream's `body_timeout`: an idle tunnel is closed after it.
+    pub(crate) idle: Duration,
     pub(crate) _flight: InFlight,
 }
 
-impl ramjet_pipeline::Tunnel for Upgraded {}
+impl ramjet_pipeline::Tunnel for Upgraded {
+    fn idle_timeout(&self) -> Option<Duration> {
+        Some(self.idle)
+    }
+}
 
 impl AsyncRead for Upgraded {
     fn poll_read(

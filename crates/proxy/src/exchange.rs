@@ -504,6 +504,7 @@ fn answer(
         _ if head.status == 101 => Body::Upgrade(Box::new(Upgraded {
             prefix: Bytes::copy_from_slice(rest),
             io,
+            idle: upstream.body_timeout,
             _flight: flight,
         })),
         Framing::None => {

@@ -763,3 +763,55 @@ fn proxy_protocol_listeners_take_the_client_address_from_the_balancer() {
     assert_eq!(b.requests(), 3);
     s.assert_clean_log(&[]);
 }
+
+#[test]
+fn an_idle_tunnel_is_closed_after_the_body_timeout_and_a_busy_one_is_not() {
+    let b = Backend::start(|ex| {
+        ex.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
+        let mut buf = [0u8; 4096];
+        loop {
+            match ex.stream.read(&mut buf) {
+                Ok(0) | Err(_) => return Flow::Close,
+                Ok(n) => {
+                    let _ = ex.stream.write_all(&buf[..n]);
+                }
+            }
+        }
+    });
+    let s = proxy_to(&[b.addr.to_string()], "body_timeout = \"2s\"", "", &[]);
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    c.write_all(
+        b"GET /ws HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(c.read(&mut byte).unwrap(), 1);
+        head.push(byte[0]);
+    }
+    // Busy for longer than the timeout: a message every 200 ms for 3 s.
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(3) {
+        c.write_all(b"ping").unwrap();
+        let mut back = [0u8; 4];
+        c.read_exact(&mut back).unwrap();
+        assert_eq!(&back, b"ping");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Then idle: ramjet closes it (EOF) after about 2 s.
+    let idle_from = Instant::now();
+    let mut rest = [0u8; 16];
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    match c.read(&mut rest) {
+        Ok(0) => {}
+        Ok(n) => panic!("{n} unexpected bytes"),
+        Err(e) => panic!("the idle tunnel was not closed within 10 s: {e}"),
+    }
+    assert!(
+        idle_from.elapsed() >= Duration::from_secs(1),
+        "closed while busy"
+    );
+    s.assert_clean_log(&[]);
+}
