@@ -25,6 +25,10 @@ pub struct Decoded {
     pub data: std::ops::Range<usize>,
     /// The body has ended.
     pub done: bool,
+    /// Trailer field lines (`Name: value\r\n` each) inside the consumed input, as a range
+    /// of it: empty except at the end of a chunked body with trailers. A proxy collects
+    /// them to pass on; everyone else ignores them.
+    pub trailer: std::ops::Range<usize>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +84,8 @@ impl BodyDecoder {
     /// unconsumed rest until `done` or the input is used up.
     pub fn decode(&mut self, input: &[u8]) -> Result<Decoded, ErrorKind> {
         let mut i = 0;
+        // The trailer bytes seen in this call: they are contiguous (start, end).
+        let mut trailer = (usize::MAX, 0);
         while i < input.len() {
             let b = input[i];
             match self.state {
@@ -95,6 +101,7 @@ impl BodyDecoder {
                         consumed: i + take,
                         data: i..i + take,
                         done: self.is_done(),
+                        trailer: 0..0,
                     });
                 }
                 State::Data(left) => {
@@ -108,6 +115,7 @@ impl BodyDecoder {
                         consumed: i + take,
                         data: i..i + take,
                         done: false,
+                        trailer: 0..0,
                     });
                 }
                 State::Size { value, digits } => {
@@ -174,6 +182,7 @@ impl BodyDecoder {
                     } else if b == b'\n' || b == b' ' || b == b'\t' {
                         return Err(ErrorKind::BadRequest);
                     } else {
+                        trailer = (trailer.0.min(i), i + 1);
                         State::TrailerLine { total: total + 1 }
                     };
                 }
@@ -189,10 +198,14 @@ impl BodyDecoder {
                         b'\n' | 0 => return Err(ErrorKind::BadRequest),
                         _ => State::TrailerLine { total: total + 1 },
                     };
+                    trailer = (trailer.0.min(i), i + 1);
                 }
                 State::TrailerLf { total, empty } => {
                     if b != b'\n' {
                         return Err(ErrorKind::BadRequest);
+                    }
+                    if !empty {
+                        trailer = (trailer.0.min(i), i + 1);
                     }
                     self.state = if empty {
                         State::Done
@@ -210,6 +223,11 @@ impl BodyDecoder {
             consumed: i,
             data: i..i,
             done: self.is_done(),
+            trailer: if trailer.0 < trailer.1 {
+                trailer.0..trailer.1
+            } else {
+                i..i
+            },
         })
     }
 
@@ -225,6 +243,26 @@ impl BodyDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trailer_lines_are_reported_in_any_split() {
+        let input = b"3\r\nabc\r\n0\r\nX-Sum: 1\r\nX-Other: two\r\n\r\nNEXT";
+        for step in 1..input.len() {
+            let mut d = BodyDecoder::new(BodyFraming::Chunked, 100).unwrap();
+            let (mut pos, mut trailers) = (0, Vec::new());
+            while !d.is_done() {
+                let end = (pos + step).min(input.len());
+                let r = d.decode(&input[pos..end]).unwrap();
+                trailers.extend_from_slice(&input[pos..end][r.trailer.clone()]);
+                assert!(r.trailer.is_empty() || r.data.is_empty());
+                pos += r.consumed;
+            }
+            assert_eq!(&input[pos..], b"NEXT");
+            assert_eq!(trailers, b"X-Sum: 1\r\nX-Other: two\r\n", "step {step}");
+        }
+        let mut d = BodyDecoder::new(BodyFraming::Chunked, 100).unwrap();
+        assert!(d.decode(b"0\r\n\r\n").unwrap().trailer.is_empty());
+    }
 
     /// Feed `input` in pieces of `step` bytes; return (payload, consumed, done).
     fn run(

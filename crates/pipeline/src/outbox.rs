@@ -443,7 +443,8 @@ const CHUNK_LINE: usize = 18;
 
 /// Write a stream body as its producer yields it: each piece is written whole before the
 /// next is asked for (backpressure), an empty piece is skipped (in chunked framing it
-/// would read as the end), and the end is `0\r\n\r\n` when `chunked`. A producer error
+/// would read as the end), and the end is `0\r\n`, the source's trailers and `\r\n` when
+/// `chunked`. A producer error
 /// ends the flush without that end, so the client sees an incomplete body. Without
 /// chunked framing, a source of declared length is held to it: no byte past it is sent,
 /// and more or fewer bytes than declared end the connection.
@@ -489,7 +490,8 @@ async fn pump<S: Sink>(
         )));
     }
     if chunked {
-        write_fully(sink, &[b"0\r\n\r\n"], send_timeout).await?;
+        let trailers = source.trailers().unwrap_or_default();
+        write_fully(sink, &[b"0\r\n", &trailers, b"\r\n"], send_timeout).await?;
     }
     Ok(())
 }

@@ -90,6 +90,12 @@ pub trait BodySource {
     fn length(&self) -> Option<u64> {
         None
     }
+
+    /// Called once after the last piece of a chunked response: field lines
+    /// (`Name: value\r\n` each) for the trailer section (a backend's trailers).
+    fn trailers(&mut self) -> Option<bytes::Bytes> {
+        None
+    }
 }
 
 /// A piece of a [`Body::Parts`].

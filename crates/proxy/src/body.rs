@@ -41,6 +41,9 @@ pub(crate) struct UpstreamBody {
     waiting: bool,
     upstream: Rc<Upstream>,
     flight: InFlight,
+    /// The upstream's trailer lines as they arrive, then, checked, once the body has ended.
+    raw_trailers: Vec<u8>,
+    trailers: Option<Bytes>,
 }
 
 impl UpstreamBody {
@@ -72,12 +75,17 @@ impl UpstreamBody {
             waiting: false,
             upstream,
             flight,
+            raw_trailers: Vec::new(),
+            trailers: None,
         }
     }
 
     /// The body ended: give the connection back if it can carry another request.
     fn finish(&mut self) {
         self.done = true;
+        if !self.raw_trailers.is_empty() {
+            self.trailers = crate::trailers::filter(&self.raw_trailers);
+        }
         if let Some(io) = self.io.take() {
             if self.reusable && self.buf.is_empty() {
                 self.flight
@@ -119,6 +127,7 @@ impl BodySource for UpstreamBody {
                     Err(_) => return self.fail("invalid chunked framing".into()),
                 };
                 let taken = self.buf.split_to(step.consumed).freeze();
+                self.raw_trailers.extend_from_slice(&taken[step.trailer]);
                 let data = taken.slice(step.data);
                 if decoder.is_done() {
                     self.finish();
@@ -170,6 +179,26 @@ impl BodySource for UpstreamBody {
 
     fn length(&self) -> Option<u64> {
         self.length
+    }
+
+    fn trailers(&mut self) -> Option<Bytes> {
+        self.trailers.take()
+    }
+}
+
+/// A chunked body that arrived whole with trailers: one piece, then the trailers.
+pub(crate) struct Whole {
+    pub(crate) body: Option<Bytes>,
+    pub(crate) trailers: Option<Bytes>,
+}
+
+impl BodySource for Whole {
+    fn poll_next(&mut self, _cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>> {
+        Poll::Ready(self.body.take().map(Ok))
+    }
+
+    fn trailers(&mut self) -> Option<Bytes> {
+        self.trailers.take()
     }
 }
 

@@ -20,7 +20,7 @@ use ramjet_pipeline::{Body, Extras, FailKind, Failure, Outcome, Request, Respons
 use tokio::time::Instant;
 
 use crate::balance::fnv1a;
-use crate::body::{Declared, Upgraded, UpstreamBody};
+use crate::body::{Declared, Upgraded, UpstreamBody, Whole};
 use crate::forward;
 use crate::handler::{InFlight, Shared, Slot};
 use crate::response_head::{self, Framing, Parsed};
@@ -525,12 +525,19 @@ fn answer(
             Body::Bytes(Bytes::copy_from_slice(&rest[..n]))
         }
         Framing::Chunked => match whole_chunked(rest) {
-            Some((body, used)) if used == rest.len() => {
+            Some((body, used, trailers)) if used == rest.len() => {
                 if head.keep_alive {
                     shared.put_back(slot, io, now);
                 }
-                // Re-framed with a length: the client gets the same content.
-                Body::Bytes(body)
+                match trailers.as_deref().and_then(crate::trailers::filter) {
+                    // Re-framed with a length: the client gets the same content.
+                    None => Body::Bytes(body),
+                    // Trailers need chunked framing to be passed on.
+                    Some(t) => Body::Stream(Box::new(Whole {
+                        body: Some(body),
+                        trailers: Some(t),
+                    })),
+                }
             }
             _ => Body::Stream(Box::new(UpstreamBody::new(
                 io,
@@ -590,16 +597,24 @@ impl Drop for Buffers<'_> {
 /// Buffer pairs kept per worker for reuse.
 const MAX_POOLED_BUFFERS: usize = 64;
 
-/// A chunked body that arrived whole with its head: decoded at once (its trailers, like
-/// every upstream trailer, are dropped, as nginx does for HTTP/1.1).
-fn whole_chunked(input: &[u8]) -> Option<(Bytes, usize)> {
+/// A chunked body that arrived whole with its head, decoded at once: the payload, the bytes
+/// it took, and its trailer lines.
+fn whole_chunked(input: &[u8]) -> Option<(Bytes, usize, Option<Vec<u8>>)> {
     let mut d = BodyDecoder::new(ramjet_http1::BodyFraming::Chunked, u64::MAX).ok()?;
+    let mut trailers = Vec::new();
     let mut out = Vec::new();
     let mut at = 0;
     while at < input.len() && !d.is_done() {
         let step = d.decode(&input[at..]).ok()?;
         out.extend_from_slice(&input[at..][step.data]);
+        trailers.extend_from_slice(&input[at..][step.trailer]);
         at += step.consumed;
     }
-    d.is_done().then(|| (Bytes::from(out), at))
+    d.is_done().then(|| {
+        (
+            Bytes::from(out),
+            at,
+            (!trailers.is_empty()).then_some(trailers),
+        )
+    })
 }

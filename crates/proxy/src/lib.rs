@@ -19,6 +19,7 @@ mod handler;
 mod health;
 mod pool;
 pub mod response_head;
+mod trailers;
 mod upstream_io;
 
 pub use handler::Proxy;

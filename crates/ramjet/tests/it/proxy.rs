@@ -815,3 +815,55 @@ fn an_idle_tunnel_is_closed_after_the_body_timeout_and_a_busy_one_is_not() {
     );
     s.assert_clean_log(&[]);
 }
+
+#[test]
+fn upstream_trailers_reach_chunked_clients_checked() {
+    let b = Backend::start(|ex| {
+        ex.write(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n3\r\nabc\r\n",
+        );
+        if ex.target() == "/slow" {
+            // The rest after a pause: the body streams, it does not arrive whole.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        ex.write(b"2\r\nde\r\n0\r\nX-Sum: 99\r\nContent-Length: 5\r\nX-Evil: a\x01b\r\n\r\n");
+        Flow::Keep
+    });
+    let s = proxy_to(&[b.addr.to_string()], "", "", &[]);
+    for path in ["/whole", "/slow"] {
+        let mut c = TcpStream::connect(s.addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .unwrap();
+        let mut raw = Vec::new();
+        c.read_to_end(&mut raw).unwrap();
+        let text = String::from_utf8_lossy(&raw);
+        assert!(
+            text.contains("Transfer-Encoding: chunked\r\n"),
+            "{path}: {text}"
+        );
+        assert!(text.ends_with("0\r\nX-Sum: 99\r\n\r\n"), "{path}: {text}");
+        assert!(
+            !text.contains("X-Evil") && !text.contains("Content-Length"),
+            "{path}: {text}"
+        );
+        // The body itself, as a client decodes it.
+        let mut c = s.client();
+        c.send(format!("GET {path} HTTP/1.1\r\nHost: h\r\n\r\n").as_bytes());
+        assert_eq!(c.response(false).text(), "abcde");
+    }
+    // A 1.0 client gets the body, delimited by close, without trailers.
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.write_all(b"GET /slow HTTP/1.0\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    c.read_to_end(&mut raw).unwrap();
+    assert!(
+        raw.ends_with(b"\r\n\r\nabcde"),
+        "{}",
+        String::from_utf8_lossy(&raw)
+    );
+    s.assert_clean_log(&[]);
+}
