@@ -500,6 +500,11 @@ fn answer(
     response.headers = head.fields;
     let shared = flight.shared().clone();
     let slot = flight.slot;
+    // A chunked body that arrived whole with its head (and nothing after it).
+    let whole = match head.framing {
+        Framing::Chunked => whole_chunked(rest).filter(|w| w.1 == rest.len()),
+        _ => None,
+    };
     response.body = match head.framing {
         _ if head.status == 101 => Body::Upgrade(Box::new(Upgraded {
             prefix: Bytes::copy_from_slice(rest),
@@ -524,30 +529,21 @@ fn answer(
             }
             Body::Bytes(Bytes::copy_from_slice(&rest[..n]))
         }
-        Framing::Chunked => match whole_chunked(rest) {
-            Some((body, used, trailers)) if used == rest.len() => {
-                if head.keep_alive {
-                    shared.put_back(slot, io, now);
-                }
-                match trailers.as_deref().and_then(crate::trailers::filter) {
-                    // Re-framed with a length: the client gets the same content.
-                    None => Body::Bytes(body),
-                    // Trailers need chunked framing to be passed on.
-                    Some(t) => Body::Stream(Box::new(Whole {
-                        body: Some(body),
-                        trailers: Some(t),
-                    })),
-                }
+        Framing::Chunked if whole.is_some() => {
+            let (body, _, trailers) = whole.unwrap_or_default();
+            if head.keep_alive {
+                shared.put_back(slot, io, now);
             }
-            _ => Body::Stream(Box::new(UpstreamBody::new(
-                io,
-                BytesMut::from(rest),
-                head.framing,
-                head.keep_alive,
-                upstream.clone(),
-                flight,
-            ))),
-        },
+            match trailers.as_deref().and_then(crate::trailers::filter) {
+                // Re-framed with a length: the client gets the same content.
+                None => Body::Bytes(body),
+                // Trailers need chunked framing to be passed on.
+                Some(t) => Body::Stream(Box::new(Whole {
+                    body: Some(body),
+                    trailers: Some(t),
+                })),
+            }
+        }
         _ => Body::Stream(Box::new(UpstreamBody::new(
             io,
             BytesMut::from(rest),

@@ -37,6 +37,19 @@ fn echo(ex: &mut Exchange<'_>) -> Flow {
     Flow::Keep
 }
 
+/// After a 101: send back whatever arrives until the client closes.
+fn echo_until_closed(ex: &mut Exchange<'_>) -> Flow {
+    let mut buf = [0u8; 4096];
+    loop {
+        match ex.stream.read(&mut buf) {
+            Ok(0) | Err(_) => return Flow::Close,
+            Ok(n) => {
+                let _ = ex.stream.write_all(&buf[..n]);
+            }
+        }
+    }
+}
+
 /// A port nothing listens on.
 fn dead_port() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -485,16 +498,7 @@ fn websocket_upgrades_become_tunnels() {
     let b = Backend::start(|ex| {
         assert_eq!(ex.header("Upgrade").as_deref(), Some("websocket"));
         ex.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\nhello-from-backend|");
-        // Echo whatever arrives until the client closes.
-        let mut buf = [0u8; 4096];
-        loop {
-            match ex.stream.read(&mut buf) {
-                Ok(0) | Err(_) => return Flow::Close,
-                Ok(n) => {
-                    let _ = ex.stream.write_all(&buf[..n]);
-                }
-            }
-        }
+        echo_until_closed(ex)
     });
     let s = proxy_to(&[b.addr.to_string()], "", "", &[]);
     let mut c = TcpStream::connect(s.addr).unwrap();
@@ -768,15 +772,7 @@ fn proxy_protocol_listeners_take_the_client_address_from_the_balancer() {
 fn an_idle_tunnel_is_closed_after_the_body_timeout_and_a_busy_one_is_not() {
     let b = Backend::start(|ex| {
         ex.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n");
-        let mut buf = [0u8; 4096];
-        loop {
-            match ex.stream.read(&mut buf) {
-                Ok(0) | Err(_) => return Flow::Close,
-                Ok(n) => {
-                    let _ = ex.stream.write_all(&buf[..n]);
-                }
-            }
-        }
+        echo_until_closed(ex)
     });
     let s = proxy_to(&[b.addr.to_string()], "body_timeout = \"2s\"", "", &[]);
     let mut c = TcpStream::connect(s.addr).unwrap();

@@ -46,7 +46,6 @@ fn wait_listening(port: u16, child: &mut Child, log: &Path) {
 /// A stock Apache with its own minimal configuration, stopped on drop.
 struct Apache {
     child: Child,
-    conf: PathBuf,
     port: u16,
     _dir: tempfile::TempDir,
 }
@@ -118,7 +117,6 @@ ScriptAlias /cgi-bin/ \"{d}/cgi-bin/\"\nKeepAlive On\nKeepAliveTimeout {keepaliv
         wait_listening(port, &mut child, &log);
         Apache {
             child,
-            conf,
             port,
             _dir: dir,
         }
@@ -144,20 +142,22 @@ fn unsafe_is_root() -> bool {
 impl Drop for Apache {
     fn drop(&mut self) {
         // TERM to the parent stops its children too.
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let end = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < end {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = &self.conf;
+        terminate(&mut self.child);
     }
+}
+
+/// TERM, wait up to 10 s, then KILL.
+fn terminate(child: &mut Child) {
+    let _ = Command::new("kill").arg(child.id().to_string()).status();
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 #[test]
@@ -291,18 +291,7 @@ def app(environ, start_response):
 
 impl Drop for Gunicorn {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .arg(self.child.id().to_string())
-            .status();
-        let end = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < end {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        terminate(&mut self.child);
     }
 }
 
