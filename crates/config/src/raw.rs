@@ -159,4 +159,7 @@ pub struct RawLocation {
     pub proxy_path: Option<Spanned<String>>,
     /// Host sent upstream (default: the client's).
     pub proxy_host: Option<String>,
+    /// Largest request body accepted here (overrides `limits.max_body` either way, like
+    /// nginx's `client_max_body_size` in a location).
+    pub max_body: Option<Size>,
 }

@@ -102,6 +102,15 @@ fn toml_error(src: &str, name: &str, key: Option<String>, e: &toml::de::Error) -
     }
 }
 
+/// What every location inherits: `[defaults]`, the upstreams it may name, the global body
+/// limit.
+#[derive(Clone, Copy)]
+struct Inherited<'a> {
+    defaults: &'a RawLocation,
+    upstreams: &'a [Upstream],
+    max_body: u64,
+}
+
 struct Resolver<'a> {
     src: &'a str,
     name: &'a str,
@@ -175,6 +184,7 @@ impl Resolver<'_> {
                 max_head: l.max_head.map_or(defaults.max_head, |s| s.0 as usize),
             },
             max_body: l.max_body.map_or(DEFAULT_MAX_BODY, |s| s.0),
+            max_body_any: 0,
             max_connections: l.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
             send_buffer: l.send_buffer.map(|s| s.0 as usize),
         };
@@ -231,6 +241,7 @@ impl Resolver<'_> {
             watch: c.watch.unwrap_or(true),
         };
 
+        let mut limits = limits;
         let mut upstreams = Vec::new();
         for (name, u) in raw.upstream.iter().flatten() {
             let resolved = crate::upstream::resolve(name, u)
@@ -238,11 +249,15 @@ impl Resolver<'_> {
             upstreams.push(resolved);
         }
         let defaults = raw.defaults.unwrap_or_default();
+        let inherited = Inherited {
+            defaults: &defaults,
+            upstreams: &upstreams,
+            max_body: limits.max_body,
+        };
         let mut next_id = 0;
         let mut vhosts = Vec::new();
         if let Some(locs) = raw.location {
-            let locations =
-                self.locations(&defaults, None, locs, "location", &upstreams, &mut next_id)?;
+            let locations = self.locations(&inherited, None, locs, "location", &mut next_id)?;
             vhosts.push(VHost {
                 names: vec!["*".into()],
                 locations,
@@ -258,11 +273,10 @@ impl Resolver<'_> {
             }
             let key = format!("vhost[{i}].location");
             let locations = self.locations(
-                &defaults,
+                &inherited,
                 v.root,
                 v.location.unwrap_or_default(),
                 &key,
-                &upstreams,
                 &mut next_id,
             )?;
             vhosts.push(VHost {
@@ -277,6 +291,10 @@ impl Resolver<'_> {
                 "nothing to serve: add a [[location]] with a root, or a [[vhost]]".into(),
             ));
         }
+        limits.max_body_any = vhosts
+            .iter()
+            .flat_map(|v| v.locations.iter().map(|l| l.max_body))
+            .fold(limits.max_body, u64::max);
         let default_vhost = vhosts
             .iter()
             .position(|v| v.names.iter().any(|n| n == "*"))
@@ -300,13 +318,17 @@ impl Resolver<'_> {
 
     fn locations(
         &self,
-        defaults: &RawLocation,
+        inherited: &Inherited<'_>,
         vhost_root: Option<Spanned<String>>,
         mut raw: Vec<RawLocation>,
         key: &str,
-        upstreams: &[Upstream],
         next_id: &mut usize,
     ) -> Result<Vec<Location>, ConfigError> {
+        let Inherited {
+            defaults,
+            upstreams,
+            max_body,
+        } = *inherited;
         if let Some(root) = vhost_root {
             if !raw
                 .iter()
@@ -354,6 +376,7 @@ impl Resolver<'_> {
                 handlers,
                 statics,
                 proxy,
+                max_body: loc.max_body.or(defaults.max_body).map_or(max_body, |s| s.0),
             });
             *next_id += 1;
         }

@@ -37,8 +37,11 @@ pub struct Resolved {
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub http1: ramjet_http1::Limits,
-    /// Largest request body consumed (and discarded) on a static location; more is 413.
+    /// Largest request body accepted where a location does not set its own; more is 413.
     pub max_body: u64,
+    /// The largest of `max_body` and every location's: what is read before a request is
+    /// routed (its location then holds it to its own limit).
+    pub max_body_any: u64,
     /// Open client connections per worker; past it new connections are closed at once.
     pub max_connections: usize,
     /// SO_SNDBUF for client connections; `None`: kernel autotuning.
@@ -88,6 +91,8 @@ pub struct Location {
     pub statics: Option<StaticOptions>,
     /// Present when `handlers` has `proxy`.
     pub proxy: Option<ProxyOptions>,
+    /// Largest request body accepted here (`limits.max_body` unless the location says).
+    pub max_body: u64,
 }
 
 impl Location {

@@ -231,6 +231,19 @@ impl BodyDecoder {
         })
     }
 
+    /// Lower the limit to `max` payload bytes before any byte is decoded (a location's own
+    /// limit, known only once the request is routed): a declared length over it is
+    /// `PayloadTooLarge` at once; a chunked body is held to it as it arrives.
+    pub fn limit(&mut self, max: u64) -> Result<(), ErrorKind> {
+        if let State::Length(n) = self.state {
+            if n > max {
+                return Err(ErrorKind::PayloadTooLarge);
+            }
+        }
+        self.budget = self.budget.min(max);
+        Ok(())
+    }
+
     fn check_budget(&mut self, chunk: u64) -> Result<(), ErrorKind> {
         if chunk > self.budget {
             return Err(ErrorKind::PayloadTooLarge);
@@ -243,6 +256,24 @@ impl BodyDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lower_limit_applies_to_lengths_at_once_and_to_chunks_as_they_come() {
+        let mut d = BodyDecoder::new(BodyFraming::Length(10), 100).unwrap();
+        assert_eq!(d.limit(9), Err(ErrorKind::PayloadTooLarge));
+        let mut d = BodyDecoder::new(BodyFraming::Length(10), 100).unwrap();
+        assert_eq!(d.limit(10), Ok(()));
+        let mut d = BodyDecoder::new(BodyFraming::Chunked, 100).unwrap();
+        d.limit(4).unwrap();
+        assert!(d.decode(b"4\r\nabcd\r\n").is_ok(), "exactly at the limit");
+        let mut d = BodyDecoder::new(BodyFraming::Chunked, 100).unwrap();
+        d.limit(4).unwrap();
+        assert_eq!(d.decode(b"5\r\n"), Err(ErrorKind::PayloadTooLarge));
+        // A limit never raises the one the decoder was made with.
+        let mut d = BodyDecoder::new(BodyFraming::Chunked, 3).unwrap();
+        d.limit(100).unwrap();
+        assert_eq!(d.decode(b"4\r\n"), Err(ErrorKind::PayloadTooLarge));
+    }
 
     #[test]
     fn trailer_lines_are_reported_in_any_split() {

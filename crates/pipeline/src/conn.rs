@@ -202,7 +202,7 @@ impl Conn {
                 Parse::Complete(head) => {
                     let started = self.read_at;
                     let (response, body) =
-                        match BodyDecoder::new(head.framing, config.limits.max_body) {
+                        match BodyDecoder::new(head.framing, config.limits.max_body_any) {
                             Err(kind) => (error_response(kind.status()), Err(kind)),
                             Ok(decoder) => {
                                 // 100 Continue only when no earlier response is still queued:
@@ -215,13 +215,12 @@ impl Conn {
                                     config.timeouts.header,
                                 );
                                 let addrs = (self.peer, w.listener(self.listener));
-                                let (response, read) = match stage::respond(
+                                match stage::respond(
                                     &w.content, config, &head, started, addrs, reader,
                                 ) {
                                     Ok(answer) => answer,
                                     Err(later) => later.await,
-                                };
-                                (response, Ok(read))
+                                }
                             }
                         };
                     let keep = head.keep_alive && body.is_ok() && !w.stopping.get();

@@ -1,5 +1,5 @@
 //! The request body as a handler reads it: decoded by its framing (Content-Length or
-//! chunked, within `limits.max_body`) from the bytes already read after the head, then from
+//! chunked, within the location's `max_body`) from the bytes already read after the head, then from
 //! the socket. What the handler leaves unread the pipeline drains by the same framing
 //! before the next request; bytes read past the body's end go back to the connection.
 
@@ -21,7 +21,7 @@ const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 pub enum BodyError {
     /// Bad chunked framing.
     Invalid,
-    /// Longer than `limits.max_body`.
+    /// Longer than the location's `max_body`.
     TooLarge,
     /// Nothing arrived for `timeouts.header` (between two reads, like nginx's
     /// client_body_timeout: a large upload may take as long as it keeps moving).
@@ -144,6 +144,16 @@ impl<'r> RequestBody<'r> {
         let piece = state.next(self.stream, self.buffered).await;
         self.state.set(Some(state));
         piece
+    }
+
+    /// Hold the body to `max` bytes (the routed location's limit), before it is read.
+    pub(crate) fn limit(&self, max: u64) -> Result<(), ramjet_http1::ErrorKind> {
+        let Some(mut state) = self.state.take() else {
+            return Ok(());
+        };
+        let r = state.decoder.limit(max);
+        self.state.set(Some(state));
+        r
     }
 
     /// Hand the reading state back to the pipeline; `None` for a request without a body.

@@ -3,7 +3,7 @@
 
 use ramjet_config::{Location, Resolved};
 use ramjet_http1::path::{self, CleanPath};
-use ramjet_http1::RequestHead;
+use ramjet_http1::{ErrorKind, RequestHead};
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -61,8 +61,9 @@ pub const STAGES: [Stage; 9] = [
     },
 ];
 
-/// A response, and how far its producer read the request body (`None`: it had none).
-pub(crate) type Answer = (Response, Option<Finished>);
+/// A response, and how far its producer read the request body (`None`: it had none), or
+/// why the body is refused (413 for the location's limit: the connection closes).
+pub(crate) type Answer = (Response, Result<Option<Finished>, ErrorKind>);
 
 /// An answer that needs more work first (the content stage's slow path).
 pub(crate) type Pending<'r> = Pin<Box<dyn Future<Output = Answer> + 'r>>;
@@ -84,11 +85,15 @@ pub(crate) fn respond<'r, C: Content>(
     // route
     let clean: CleanPath<'r> = match path::normalize(head.path) {
         Ok(c) => c,
-        Err(_) => return Ok((error_response(400), body.finish())),
+        Err(_) => return Ok((error_response(400), Ok(body.finish()))),
     };
     let Some(location) = config.route(head.host, &clean.path) else {
-        return Ok((error_response(404), body.finish()));
+        return Ok((error_response(404), Ok(body.finish())));
     };
+    // The location's own body limit (the connection read up to the largest of them).
+    if let Err(kind) = body.limit(location.max_body) {
+        return Ok((error_response(kind.status()), Err(kind)));
+    }
     // admit: nothing yet (access rules and limits come here); method policy is the
     // producer's.
     // content: the fast path answers from the producer's cache; if it cannot, the work is
@@ -97,7 +102,7 @@ pub(crate) fn respond<'r, C: Content>(
         .produce(&request(head, &clean, location, config, now, addrs, &body))
         .ok();
     match immediate {
-        Some(outcome) => Ok((finish(outcome, head), body.finish())),
+        Some(outcome) => Ok((finish(outcome, head), Ok(body.finish()))),
         None => Err(Box::pin(async move {
             let outcome = {
                 let req = request(head, &clean, location, config, now, addrs, &body);
@@ -108,7 +113,7 @@ pub(crate) fn respond<'r, C: Content>(
                 };
                 outcome
             };
-            (finish(outcome, head), body.finish())
+            (finish(outcome, head), Ok(body.finish()))
         })),
     }
 }

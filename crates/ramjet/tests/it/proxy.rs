@@ -863,3 +863,49 @@ fn upstream_trailers_reach_chunked_clients_checked() {
     );
     s.assert_clean_log(&[]);
 }
+
+#[test]
+fn a_location_sets_its_own_body_limit_either_way() {
+    let b = Backend::start(|ex| {
+        let n = ex.body.len().to_string();
+        ex.ok(n.as_bytes());
+        Flow::Keep
+    });
+    let s = server_with(
+        &[],
+        &format!(
+            "workers = 1\n[limits]\nmax_body = \"1k\"\n[upstream.app]\nservers = [\"{}\"]\n[[location]]\nproxy = \"app\"\n[[location]]\npath = \"/upload/\"\nproxy = \"app\"\nmax_body = \"8m\"\n[[location]]\npath = \"/tiny/\"\nproxy = \"app\"\nmax_body = 10\n",
+            b.addr
+        ),
+    );
+    let post = |path: &str, n: usize, chunked: bool| {
+        let mut c = s.client();
+        let body = vec![b'x'; n];
+        let mut req = if chunked {
+            format!(
+                "POST {path} HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n{n:x}\r\n"
+            )
+            .into_bytes()
+        } else {
+            format!("POST {path} HTTP/1.1\r\nHost: h\r\nContent-Length: {n}\r\n\r\n").into_bytes()
+        };
+        req.extend_from_slice(&body);
+        if chunked {
+            req.extend_from_slice(b"\r\n0\r\n\r\n");
+        }
+        c.send(&req);
+        c.response(false)
+    };
+    // Raised above the global limit.
+    let r = post("/upload/big", 5 << 20, false);
+    assert_eq!((r.status, r.text()), (200, (5 << 20).to_string()));
+    assert_eq!(post("/upload/big", 5 << 20, true).status, 200);
+    // The global limit elsewhere, exactly at it and one past.
+    assert_eq!(post("/other", 1024, false).status, 200);
+    assert_eq!(post("/other", 1025, false).status, 413);
+    // Lowered below it, by length and chunked.
+    assert_eq!(post("/tiny/x", 10, false).status, 200);
+    assert_eq!(post("/tiny/x", 11, false).status, 413);
+    assert_eq!(post("/tiny/x", 11, true).status, 413);
+    s.assert_clean_log(&[]);
+}
