@@ -84,7 +84,7 @@ impl Apache {
         }
         let port = free_port();
         let m = "/usr/lib/apache2/modules";
-        let user = if unsafe_is_root() {
+        let user = if running_as_root() {
             "User www-data\nGroup www-data\n"
         } else {
             ""
@@ -128,7 +128,7 @@ ScriptAlias /cgi-bin/ \"{d}/cgi-bin/\"\nKeepAlive On\nKeepAliveTimeout {keepaliv
 }
 
 /// Whether the tests run as root (Apache then needs a `User` to switch to).
-fn unsafe_is_root() -> bool {
+fn running_as_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
