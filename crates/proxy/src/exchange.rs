@@ -325,7 +325,7 @@ async fn send(
         }
     };
     let t = u.body_timeout;
-    if replay.pieces.is_empty() && replay.complete || !has_body(req) {
+    if !has_body(req) {
         return io.write_all(&[head], t).await.map_err(closed);
     }
     // Coalesce the head with the first piece (one write for a small POST).

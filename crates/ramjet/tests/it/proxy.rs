@@ -307,6 +307,22 @@ fn the_stale_keepalive_race_is_retried_and_never_reaches_the_client() {
         let r = c.response(false);
         assert_eq!(r.status, 200, "request {i}: {}", r.text());
     }
+    // Resending a body: one by length, and an empty chunked one (its terminating chunk
+    // must be sent again too).
+    for i in 0..3 {
+        c.send(
+            format!("PUT /put{i} HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nxyz").as_bytes(),
+        );
+        let r = c.response(false);
+        assert!(r.status == 200 && r.text().ends_with("xyz"), "PUT {i}");
+        c.send(
+            format!(
+                "PUT /empty{i} HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        assert_eq!(c.response(false).status, 200, "empty chunked PUT {i}");
+    }
     s.assert_clean_log(&[]);
     // A POST is not resent: its effect may have happened (502), unless configured.
     c.send(b"POST /p HTTP/1.1\r\nHost: h\r\nContent-Length: 1\r\n\r\nx");
