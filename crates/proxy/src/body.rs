@@ -202,9 +202,10 @@ impl BodySource for Whole {
     }
 }
 
-/// A known length with no bytes to send: the answer to HEAD carries the upstream's
-/// `Content-Length` (the pipeline never polls a HEAD response's body).
-pub(crate) struct Declared(pub(crate) u64);
+/// The framing of a body that is not sent: the answer to HEAD carries the upstream's
+/// `Content-Length`, or says chunked when the upstream did (`None`); the pipeline never
+/// polls a HEAD response's body.
+pub(crate) struct Declared(pub(crate) Option<u64>);
 
 impl BodySource for Declared {
     fn poll_next(&mut self, _cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>> {
@@ -212,7 +213,7 @@ impl BodySource for Declared {
     }
 
     fn length(&self) -> Option<u64> {
-        Some(self.0)
+        self.0
     }
 }
 

@@ -516,8 +516,9 @@ fn answer(
             if head.keep_alive && rest.is_empty() {
                 shared.put_back(slot, io, now);
             }
-            match head.declared_length {
-                Some(n) if n > 0 => Body::Stream(Box::new(Declared(n))),
+            match (head.declared_length, head.declared_chunked) {
+                (Some(n), _) if n > 0 => Body::Stream(Box::new(Declared(Some(n)))),
+                (None, true) => Body::Stream(Box::new(Declared(None))),
                 _ => Body::Empty,
             }
         }

@@ -41,6 +41,8 @@ pub struct UpstreamHead {
     pub keep_alive: bool,
     /// `Content-Length` as sent (to pass on for HEAD, where there is no body to measure).
     pub declared_length: Option<u64>,
+    /// `Transfer-Encoding: chunked` as sent (for HEAD: the body would be chunked).
+    pub declared_chunked: bool,
     /// Field lines to pass on (`Name: value\r\n` each).
     pub fields: Vec<u8>,
 }
@@ -183,6 +185,7 @@ pub fn parse(buf: &[u8], to_head: bool, upgrade: bool) -> Parsed {
         framing,
         keep_alive,
         declared_length: length,
+        declared_chunked: te.is_some(),
         fields: out,
     })
 }

@@ -925,3 +925,40 @@ fn a_location_sets_its_own_body_limit_either_way() {
     assert_eq!(post("/tiny/x", 11, true).status, 413);
     s.assert_clean_log(&[]);
 }
+
+#[test]
+fn head_answers_keep_the_upstream_framing() {
+    let b = Backend::start(|ex| {
+        let head: &[u8] = match ex.target() {
+            "/chunked" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "/sized" => b"HTTP/1.1 200 OK\r\nContent-Length: 12345\r\n\r\n",
+            _ => b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+        };
+        ex.write(head);
+        Flow::Keep
+    });
+    let s = proxy_to(&[b.addr.to_string()], "", "", &[]);
+    let mut c = s.client();
+    c.send(b"HEAD /chunked HTTP/1.1\r\nHost: h\r\n\r\n");
+    let r = c.response(true);
+    assert_eq!(
+        r.header("Transfer-Encoding").as_deref(),
+        Some("chunked"),
+        "{}",
+        r.head
+    );
+    assert_eq!(r.header("Content-Length"), None);
+    c.send(b"HEAD /sized HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!(
+        c.response(true).header("Content-Length").as_deref(),
+        Some("12345")
+    );
+    c.send(b"HEAD /empty HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!(
+        c.response(true).header("Content-Length").as_deref(),
+        Some("0")
+    );
+    // All three on one client connection and one upstream connection.
+    assert_eq!(b.connections(), 1);
+    s.assert_clean_log(&[]);
+}
