@@ -89,14 +89,14 @@ impl UpstreamBody {
         if let Some(io) = self.io.take() {
             if self.reusable && self.buf.is_empty() {
                 self.flight
-                    .shared()
-                    .put_back(self.flight.slot, io, Instant::now());
+                    .state
+                    .put_back(self.flight.server, io, Instant::now());
             }
         }
     }
 
     fn fail(&mut self, why: String) -> Poll<Option<io::Result<Bytes>>> {
-        let addr = &self.upstream.servers[self.flight.slot.server].addr;
+        let addr = &self.upstream.servers[self.flight.server].addr;
         tracing::error!(
             "upstream {} ({addr}): response body: {why}; the client's response is cut short",
             self.upstream.name

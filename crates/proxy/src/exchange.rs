@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use crate::balance::fnv1a;
 use crate::body::{Declared, Upgraded, UpstreamBody, Whole};
 use crate::forward;
-use crate::handler::{InFlight, Shared, Slot};
+use crate::handler::{InFlight, Shared, UpstreamState};
 use crate::response_head::{self, Framing, Parsed};
 use crate::upstream_io::Io;
 
@@ -54,19 +54,13 @@ struct Replay {
 }
 
 pub(crate) async fn forward(
-    shared: &Rc<Shared>,
+    shared: &Shared,
+    state: Rc<UpstreamState>,
     req: &Request<'_>,
     opts: &ProxyOptions,
 ) -> Outcome {
-    let (upstream, labels, generation) = {
-        let ups = shared.upstreams.borrow();
-        let state = &ups[opts.upstream];
-        (
-            state.config.clone(),
-            state.labels.clone(),
-            shared.generation.get(),
-        )
-    };
+    let upstream = state.config.clone();
+    let labels = &state.labels;
     let u = &*upstream;
     let started = Instant::now();
     let idempotent = matches!(
@@ -138,10 +132,8 @@ pub(crate) async fn forward(
                 if tries >= u.tries {
                     return fail(last.unwrap_or_else(|| no_server(u)), tried_so_far);
                 }
-                let mut ups = shared.upstreams.borrow_mut();
-                let state = &mut ups[opts.upstream];
-                let servers = &state.servers;
-                let picked = state.balancer.pick(
+                let servers = state.servers.borrow();
+                let picked = state.balancer.borrow_mut().pick(
                     u,
                     key,
                     |i| tried & (1 << i) == 0 && servers[i].health.is_up(now),
@@ -153,11 +145,6 @@ pub(crate) async fn forward(
                 }
             }
         };
-        let slot = Slot {
-            upstream: opts.upstream,
-            server,
-            generation,
-        };
         if !fresh_only {
             tries += 1;
         }
@@ -168,11 +155,11 @@ pub(crate) async fn forward(
         }
         attempts += 1;
         let order_now = &order[..attempts.min(order.len())];
-        let flight = InFlight::new(shared, slot);
+        let flight = InFlight::new(&state, server);
         let pooled = if fresh_only {
             None
         } else {
-            shared.upstreams.borrow_mut()[opts.upstream].servers[server]
+            state.servers.borrow_mut()[server]
                 .pool
                 .take(now, u.keepalive_timeout)
         };
@@ -217,7 +204,7 @@ pub(crate) async fn forward(
         };
         let failure = match attempt.await {
             Ok((io, parsed, at, interim)) => {
-                mark(shared, slot, true, u);
+                mark(&state, server, true);
                 let status = parsed.status;
                 let rest = &buffers.read[at..];
                 let mut response = answer(io, parsed, rest, &upstream, flight, now);
@@ -232,7 +219,7 @@ pub(crate) async fn forward(
         let resend_ok = may_resend && !replay.lost;
         match failure {
             AttemptError::Connect(why, kind) => {
-                mark(shared, slot, false, u);
+                mark(&state, server, false);
                 last = Some(upstream_failure(u, server, kind, why));
             }
             AttemptError::Closed { reused: true, why } if resend_ok && stale_retries < 2 => {
@@ -247,7 +234,7 @@ pub(crate) async fn forward(
                 continue;
             }
             AttemptError::Closed { why, .. } => {
-                mark(shared, slot, false, u);
+                mark(&state, server, false);
                 let f = upstream_failure(u, server, FailKind::Closed, why);
                 if !resend_ok {
                     return fail(f, order_now);
@@ -255,7 +242,7 @@ pub(crate) async fn forward(
                 last = Some(f);
             }
             AttemptError::Final(kind, why) => {
-                mark(shared, slot, false, u);
+                mark(&state, server, false);
                 return fail(upstream_failure(u, server, kind, why), order_now);
             }
             AttemptError::Downstream(kind, why) => {
@@ -284,19 +271,20 @@ fn upstream_failure(u: &Upstream, server: usize, kind: FailKind, why: String) ->
 /// Passive health: count a failure (maybe marking the server down) or a success. An
 /// upstream of one server is never marked down by failures (as nginx does): there is no
 /// other to send the traffic to, and refusing it would only add 502s.
-fn mark(shared: &Shared, slot: Slot, ok: bool, u: &Upstream) {
-    if slot.generation != shared.generation.get() || u.servers.len() == 1 {
+fn mark(state: &UpstreamState, server: usize, ok: bool) {
+    let u = &state.config;
+    if u.servers.len() == 1 {
         return;
     }
-    let mut ups = shared.upstreams.borrow_mut();
-    let s = &mut ups[slot.upstream].servers[slot.server];
+    let mut servers = state.servers.borrow_mut();
+    let s = &mut servers[server];
     if ok {
         s.health.succeeded();
     } else if s.health.failed(Instant::now(), u.max_fails, u.fail_timeout) {
         tracing::warn!(
             "upstream {} ({}): {} failure(s) within {:?}; out of service for {:?}",
             u.name,
-            u.servers[slot.server].addr,
+            u.servers[server].addr,
             u.max_fails,
             u.fail_timeout,
             u.fail_timeout
@@ -498,8 +486,8 @@ fn answer(
 ) -> Response {
     let mut response = Response::new(head.status, Body::Empty);
     response.headers = head.fields;
-    let shared = flight.shared().clone();
-    let slot = flight.slot;
+    let state = flight.state.clone();
+    let server = flight.server;
     // A chunked body that arrived whole with its head (and nothing after it).
     let whole = match head.framing {
         Framing::Chunked => whole_chunked(rest).filter(|w| w.1 == rest.len()),
@@ -514,7 +502,7 @@ fn answer(
         })),
         Framing::None => {
             if head.keep_alive && rest.is_empty() {
-                shared.put_back(slot, io, now);
+                state.put_back(server, io, now);
             }
             match (head.declared_length, head.declared_chunked) {
                 (Some(n), _) if n > 0 => Body::Stream(Box::new(Declared(Some(n)))),
@@ -526,14 +514,14 @@ fn answer(
             // All of it is here already: no streaming, and the connection is free now.
             let n = n as usize;
             if head.keep_alive && rest.len() == n {
-                shared.put_back(slot, io, now);
+                state.put_back(server, io, now);
             }
             Body::Bytes(Bytes::copy_from_slice(&rest[..n]))
         }
         Framing::Chunked if whole.is_some() => {
             let (body, _, trailers) = whole.unwrap_or_default();
             if head.keep_alive {
-                shared.put_back(slot, io, now);
+                state.put_back(server, io, now);
             }
             match trailers.as_deref().and_then(crate::trailers::filter) {
                 // Re-framed with a length: the client gets the same content.

@@ -21,108 +21,105 @@ pub(crate) struct ServerState {
     pub(crate) pool: Pool,
 }
 
-/// One upstream's state in one worker.
+/// One upstream's state in one worker. An exchange holds its upstream's state (an `Rc`)
+/// from start to end, so a reload, which builds new states, never pulls one from under
+/// it: a connection an old exchange gives back goes to the old pool and closes with it.
 pub(crate) struct UpstreamState {
     /// The upstream's configuration, shared with the bodies streaming from it.
     pub(crate) config: Rc<Upstream>,
     /// Each server's address as text (logs, and the Host for a client that sent none).
-    pub(crate) labels: Rc<[String]>,
-    pub(crate) servers: Vec<ServerState>,
-    pub(crate) balancer: Balancer,
-    last_check: Option<Instant>,
+    pub(crate) labels: Box<[String]>,
+    pub(crate) servers: RefCell<Vec<ServerState>>,
+    pub(crate) balancer: RefCell<Balancer>,
+    last_check: Cell<Option<Instant>>,
 }
 
-/// What a worker's proxy requests share. Replaced wholesale on reload (the generation
-/// tells a connection returning from an old exchange not to come back).
+impl UpstreamState {
+    fn new(u: &Upstream) -> UpstreamState {
+        UpstreamState {
+            config: Rc::new(u.clone()),
+            labels: u.servers.iter().map(|s| s.addr.to_string()).collect(),
+            servers: RefCell::new(u.servers.iter().map(|_| ServerState::default()).collect()),
+            balancer: RefCell::new(Balancer::new(u)),
+            last_check: Cell::new(None),
+        }
+    }
+
+    /// Give back a connection after a complete exchange.
+    pub(crate) fn put_back(&self, server: usize, io: Io, now: Instant) {
+        if let Some(s) = self.servers.borrow_mut().get_mut(server) {
+            s.pool.put(io, self.config.keepalive, now);
+        }
+    }
+}
+
+/// The states built for one configuration (known by its address while it is alive).
+#[derive(Default)]
+struct Built {
+    config: usize,
+    upstreams: Vec<Rc<UpstreamState>>,
+}
+
+/// What a worker's proxy requests share: the states for the configuration in force and
+/// for the one before it (requests that started before a reload finish on it), and
+/// buffers.
 #[derive(Default)]
 pub(crate) struct Shared {
-    pub(crate) upstreams: RefCell<Vec<UpstreamState>>,
-    pub(crate) generation: Cell<u64>,
-    /// The configuration the state was built for (its address: a reload makes a new one).
-    built_for: Cell<usize>,
+    current: RefCell<Built>,
+    previous: RefCell<Built>,
     /// Request-head and response-head buffers for reuse.
     pub(crate) buffers: RefCell<Vec<(Vec<u8>, Vec<u8>)>>,
 }
 
 impl Shared {
-    /// Build the state for `config`'s upstreams if it is not built yet.
-    pub(crate) fn ensure(&self, config: &Resolved) {
+    /// The state of upstream `index` of `config`, built on first use of a configuration.
+    pub(crate) fn upstream(&self, config: &Resolved, index: usize) -> Option<Rc<UpstreamState>> {
         let id = config as *const Resolved as usize;
-        if self.built_for.get() == id {
-            return;
+        if self.current.borrow().config != id {
+            if self.previous.borrow().config == id {
+                return self.previous.borrow().upstreams.get(index).cloned();
+            }
+            self.rebuild(config);
         }
-        self.built_for.set(id);
-        self.generation.set(self.generation.get() + 1);
-        let mut ups = self.upstreams.borrow_mut();
-        *ups = config
-            .upstreams
-            .iter()
-            .map(|u| UpstreamState {
-                config: Rc::new(u.clone()),
-                labels: u.servers.iter().map(|s| s.addr.to_string()).collect(),
-                servers: u.servers.iter().map(|_| ServerState::default()).collect(),
-                balancer: Balancer::new(u),
-                last_check: None,
-            })
-            .collect();
+        self.current.borrow().upstreams.get(index).cloned()
     }
 
-    /// Give back a connection after a complete exchange.
-    pub(crate) fn put_back(&self, at: Slot, io: Io, now: Instant) {
-        if at.generation != self.generation.get() {
-            return;
-        }
-        let mut ups = self.upstreams.borrow_mut();
-        let u = &mut ups[at.upstream];
-        let limit = u.config.keepalive;
-        if let Some(s) = u.servers.get_mut(at.server) {
-            s.pool.put(io, limit, now);
-        }
+    /// A new configuration: pools, health and balancing start afresh (as nginx's do).
+    fn rebuild(&self, config: &Resolved) {
+        let next = Built {
+            config: config as *const Resolved as usize,
+            upstreams: config
+                .upstreams
+                .iter()
+                .map(|u| Rc::new(UpstreamState::new(u)))
+                .collect(),
+        };
+        let old = self.current.replace(next);
+        *self.previous.borrow_mut() = old;
     }
-}
-
-/// Which server of which upstream, in which generation of the state.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Slot {
-    pub(crate) upstream: usize,
-    pub(crate) server: usize,
-    pub(crate) generation: u64,
 }
 
 /// Counts a request in flight on a server for as long as it lives (least-connections).
 pub(crate) struct InFlight {
-    shared: Rc<Shared>,
-    pub(crate) slot: Slot,
+    pub(crate) state: Rc<UpstreamState>,
+    pub(crate) server: usize,
 }
 
 impl InFlight {
-    pub(crate) fn new(shared: &Rc<Shared>, slot: Slot) -> InFlight {
-        if let Some(s) = shared.upstreams.borrow_mut()[slot.upstream]
-            .servers
-            .get_mut(slot.server)
-        {
+    pub(crate) fn new(state: &Rc<UpstreamState>, server: usize) -> InFlight {
+        if let Some(s) = state.servers.borrow_mut().get_mut(server) {
             s.in_flight += 1;
         }
         InFlight {
-            shared: shared.clone(),
-            slot,
+            state: state.clone(),
+            server,
         }
-    }
-
-    pub(crate) fn shared(&self) -> &Rc<Shared> {
-        &self.shared
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        if self.slot.generation != self.shared.generation.get() {
-            return;
-        }
-        if let Some(s) = self.shared.upstreams.borrow_mut()[self.slot.upstream]
-            .servers
-            .get_mut(self.slot.server)
-        {
+        if let Some(s) = self.state.servers.borrow_mut().get_mut(self.server) {
             s.in_flight = s.in_flight.saturating_sub(1);
         }
     }
@@ -147,23 +144,30 @@ impl Content for Proxy {
         let Some(opts) = req.location.proxy.as_ref() else {
             return Ok(Outcome::Declined);
         };
-        self.shared.ensure(req.config);
-        Err(Box::pin(crate::exchange::forward(&self.shared, req, opts)))
+        let Some(state) = self.shared.upstream(req.config, opts.upstream) else {
+            return Ok(Outcome::Declined);
+        };
+        Err(Box::pin(crate::exchange::forward(
+            &self.shared,
+            state,
+            req,
+            opts,
+        )))
     }
 
     fn on_reload(&self, config: &Resolved) {
-        // Pools, health and balancing start afresh with the new upstreams (as nginx's).
-        self.shared.ensure(config);
+        self.shared.upstream(config, 0);
     }
 
     /// Close pooled connections idle too long, and start due active health checks.
     fn on_tick(&self, config: &Resolved) {
-        self.shared.ensure(config);
         let now = Instant::now();
-        let mut ups = self.shared.upstreams.borrow_mut();
-        for (ui, state) in ups.iter_mut().enumerate() {
+        for index in 0..config.upstreams.len() {
+            let Some(state) = self.shared.upstream(config, index) else {
+                continue;
+            };
             let u = state.config.clone();
-            for s in &mut state.servers {
+            for s in state.servers.borrow_mut().iter_mut() {
                 s.pool.prune(now, u.keepalive_timeout);
             }
             let Some(path) = &u.health_check else {
@@ -171,30 +175,31 @@ impl Content for Proxy {
             };
             if state
                 .last_check
+                .get()
                 .is_some_and(|t| now.saturating_duration_since(t) < u.health_interval)
             {
                 continue;
             }
-            state.last_check = Some(now);
-            for (si, s) in state.servers.iter_mut().enumerate() {
-                if s.health.checking {
-                    continue;
+            state.last_check.set(Some(now));
+            for si in 0..u.servers.len() {
+                {
+                    let mut servers = state.servers.borrow_mut();
+                    if servers[si].health.checking {
+                        continue;
+                    }
+                    servers[si].health.checking = true;
                 }
-                s.health.checking = true;
-                let shared = self.shared.clone();
-                let generation = shared.generation.get();
+                let state = state.clone();
                 let (addr, path) = (u.servers[si].addr.clone(), path.clone());
-                let (name, connect, header) = (u.name.clone(), u.connect_timeout, u.header_timeout);
-                let timeout = header.min(u.health_interval.max(std::time::Duration::from_secs(1)));
+                let timeout = u
+                    .header_timeout
+                    .min(u.health_interval.max(std::time::Duration::from_secs(1)));
+                let connect = u.connect_timeout;
                 tokio::task::spawn_local(async move {
                     let result = health::check(&addr, &path, connect, timeout).await;
-                    if shared.generation.get() != generation {
-                        return;
-                    }
-                    let mut ups = shared.upstreams.borrow_mut();
-                    let Some(s) = ups.get_mut(ui).and_then(|u| u.servers.get_mut(si)) else {
-                        return;
-                    };
+                    let name = &state.config.name;
+                    let mut servers = state.servers.borrow_mut();
+                    let s = &mut servers[si];
                     s.health.checking = false;
                     match result {
                         Ok(_) if s.health.check_failed => {
@@ -206,7 +211,9 @@ impl Content for Proxy {
                         }
                         Ok(_) => {}
                         Err(why) if !s.health.check_failed => {
-                            tracing::warn!("upstream {name} ({addr}): health check {path} failed: {why}; out of service");
+                            tracing::warn!(
+                                "upstream {name} ({addr}): health check {path} failed: {why}; out of service"
+                            );
                             s.health.check_failed = true;
                         }
                         Err(_) => {}

@@ -962,3 +962,51 @@ fn head_answers_keep_the_upstream_framing() {
     assert_eq!(b.connections(), 1);
     s.assert_clean_log(&[]);
 }
+
+#[test]
+fn a_request_in_flight_across_a_reload_finishes_on_its_own_configuration() {
+    // s1 holds the request until the reload is done, then closes without answering, so
+    // the request is retried (a GET) after the configuration changed under it.
+    let reloaded = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = reloaded.clone();
+    let s1 = Backend::start(move |_ex| {
+        let end = Instant::now() + Duration::from_secs(20);
+        while !flag.load(Ordering::SeqCst) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Flow::Close
+    });
+    let s2 = Backend::start(|ex| {
+        ex.ok(b"from s2");
+        Flow::Keep
+    });
+    // Upstreams are kept sorted by name: "z" is the second; after the reload it is the
+    // only one, so its old index no longer exists.
+    let before = format!(
+        "workers = 1\n[upstream.a]\nservers = [\"{}\"]\n[upstream.z]\nservers = [\"{}\", \"{}\"]\nbalance = \"round-robin\"\n[[location]]\nproxy = \"z\"\n",
+        s2.addr, s1.addr, s2.addr
+    );
+    let after = format!(
+        "workers = 1\n[upstream.z]\nservers = [\"{}\"]\n[[location]]\nproxy = \"z\"\n",
+        s2.addr
+    );
+    let s = server_with(&[], &before);
+    let addr = s.addr;
+    let in_flight = std::thread::spawn(move || {
+        let mut c = Client::connect(addr);
+        c.send(b"GET /long HTTP/1.1\r\nHost: h\r\n\r\n");
+        c.response(false)
+    });
+    assert!(eventually(Duration::from_secs(10), || s1.requests() == 1));
+    s.rewrite_config(&after);
+    s.signal(libc::SIGHUP);
+    assert!(s.wait_for_log("configuration reloaded", Duration::from_secs(10)));
+    // Let the worker take the new configuration (its next request or tick) first.
+    assert_eq!(s.get("/new").text(), "from s2");
+    reloaded.store(true, Ordering::SeqCst);
+    let r = in_flight.join().unwrap();
+    assert_eq!((r.status, r.text().as_str()), (200, "from s2"));
+    assert_eq!(s.get("/after").text(), "from s2");
+    // s1's close is a failure of s1 (passive health), nothing else.
+    s.assert_clean_log(&["out of service"]);
+}
