@@ -69,6 +69,7 @@ pub fn for_directory(
     listen: &[SocketAddr],
     autoindex: bool,
 ) -> Result<Resolved, ConfigError> {
+    check_served_dir(dir)?;
     let mut raw = RawConfig::default();
     if !listen.is_empty() {
         raw.listen = Some(
@@ -92,14 +93,101 @@ pub fn for_directory(
     .resolve(raw)
 }
 
+/// The directory given on the command line (`ramjet serve DIR`) exists, is a directory
+/// and can be listed; errors say it was the command line's, in a new user's terms.
+fn check_served_dir(dir: &Path) -> Result<(), ConfigError> {
+    let shown = dir.display();
+    let err = |message: String| ConfigError {
+        file: "command line".to_string(),
+        line: None,
+        key: None,
+        message,
+    };
+    let denied = || {
+        err(format!(
+            "the directory to serve, `{shown}`, cannot be read: permission denied (check its permissions and its parents'; ramjet runs as the user who started it)"
+        ))
+    };
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(err(format!(
+            "the directory to serve, `{shown}`, does not exist"
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(denied()),
+        Err(e) => Err(err(format!("the directory to serve, `{shown}`: {e}"))),
+        Ok(m) if !m.is_dir() => {
+            let parent = dir
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+            Err(err(format!(
+                "`{shown}` is a file, not a directory: serve the directory that holds it (`ramjet serve {}`)",
+                parent.display()
+            )))
+        }
+        Ok(_) => match std::fs::read_dir(dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(denied()),
+            Err(e) => Err(err(format!("the directory to serve, `{shown}`: {e}"))),
+            Ok(_) => Ok(()),
+        },
+    }
+}
+
 fn toml_error(src: &str, name: &str, key: Option<String>, e: &toml::de::Error) -> ConfigError {
     let key = key.filter(|k| !k.is_empty() && k != ".");
     ConfigError {
         file: name.to_string(),
         line: e.span().map(|s| line_of(src, s.start)),
         key,
-        message: e.message().trim().to_string(),
+        message: did_you_mean(e.message().trim()),
     }
+}
+
+/// serde's "unknown field `x`, expected one of `a`, `b`" with the nearest known key named
+/// first, when one is near (a typo): "unknown key `roott`; did you mean `root`? (...)".
+fn did_you_mean(message: &str) -> String {
+    let Some(rest) = message.strip_prefix("unknown field `") else {
+        return message.to_string();
+    };
+    let Some((unknown, expected)) = rest.split_once('`') else {
+        return message.to_string();
+    };
+    let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    let best = known
+        .iter()
+        .map(|k| (edit_distance(unknown, k), *k))
+        .min()
+        .filter(|(d, k)| *d <= 2.max(k.len() / 3))
+        .or_else(|| {
+            // A known key inside the unknown one, or the other way round
+            // (`keepalive_timeout` for `keepalive`): the longest such.
+            known
+                .iter()
+                .filter(|k| k.len() >= 3 && (unknown.contains(**k) || k.contains(unknown)))
+                .max_by_key(|k| k.len())
+                .map(|k| (0, *k))
+        });
+    match best {
+        Some((_, k)) => format!(
+            "unknown key `{unknown}`; did you mean `{k}`? (known here: {})",
+            known.join(", ")
+        ),
+        None => format!("unknown key `{unknown}` (known here: {})", known.join(", ")),
+    }
+}
+
+/// Levenshtein distance (keys are short: a full table is fine).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != cb);
+            cur[j + 1] = (prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
 }
 
 /// What every location inherits: `[defaults]`, the upstreams it may name, the global body

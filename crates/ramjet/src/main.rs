@@ -51,7 +51,8 @@ enum Command {
 
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// Directory to serve when no --config is given.
+    /// Directory to serve (default: the current directory); not with --config.
+    #[arg(conflicts_with = "config")]
     dir: Option<PathBuf>,
     /// Configuration file (TOML).
     #[arg(long, short)]
@@ -59,14 +60,18 @@ struct ServeArgs {
     /// Listen address (repeatable); overrides the configuration.
     #[arg(long)]
     listen: Vec<SocketAddr>,
-    /// Worker threads; overrides the configuration.
-    #[arg(long)]
+    /// Worker threads (at least 1); overrides the configuration.
+    #[arg(long, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     workers: Option<usize>,
-    /// Directory listings (when no --config is given).
-    #[arg(long)]
+    /// Directory listings for directories without an index file: on by default when
+    /// serving a directory without --config (a development and mirror server).
+    #[arg(long, conflicts_with_all = ["config", "no_autoindex"])]
     autoindex: bool,
+    /// No directory listings (403 for a directory without an index file).
+    #[arg(long, conflicts_with = "config")]
+    no_autoindex: bool,
     /// Access log target when no --config is given: off, stdout, stderr or a path.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "config")]
     access_log: Option<String>,
 }
 
@@ -99,7 +104,7 @@ fn load(args: &ServeArgs) -> anyhow::Result<Resolved> {
         Some(file) => ramjet_config::load_file(file)?,
         None => {
             let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from("."));
-            let mut r = ramjet_config::for_directory(&dir, &args.listen, args.autoindex)?;
+            let mut r = ramjet_config::for_directory(&dir, &args.listen, !args.no_autoindex)?;
             if let Some(target) = &args.access_log {
                 r.access_log.target = match target.as_str() {
                     "off" => ramjet_observe::LogTarget::Off,
@@ -116,7 +121,7 @@ fn load(args: &ServeArgs) -> anyhow::Result<Resolved> {
         resolved.proxy_protocol.clear();
     }
     if let Some(n) = args.workers {
-        resolved.workers = n.max(1);
+        resolved.workers = n;
     }
     Ok(resolved)
 }
@@ -160,8 +165,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             move |_, generation| HttpWorker::new(generation, content(), bound.clone())
         },
     )?;
+    let plural = if workers == 1 { "" } else { "s" };
     for addr in &addrs {
-        tracing::info!("listening on http://{addr} ({workers} workers)");
+        tracing::info!("listening on http://{addr} ({workers} worker{plural})");
+    }
+    for url in urls_to_open(&addrs) {
+        tracing::info!("open {url}");
     }
 
     signal_rt.block_on(async {
@@ -212,6 +221,23 @@ fn content() -> Handlers {
 #[cfg(feature = "fault-injection")]
 fn content() -> fault::Faults<Handlers> {
     fault::Faults(Handlers::new())
+}
+
+/// What to type into a browser: a wildcard address is reached as `localhost`, and each
+/// port is named once.
+fn urls_to_open(addrs: &[SocketAddr]) -> Vec<String> {
+    let mut urls: Vec<String> = Vec::new();
+    for a in addrs {
+        let url = match a {
+            a if a.ip().is_unspecified() => format!("http://localhost:{}/", a.port()),
+            SocketAddr::V6(v6) => format!("http://[{}]:{}/", v6.ip(), v6.port()),
+            SocketAddr::V4(v4) => format!("http://{v4}/"),
+        };
+        if !urls.contains(&url) {
+            urls.push(url);
+        }
+    }
+    urls
 }
 
 /// Build the next generation; listeners and worker count stay as started.

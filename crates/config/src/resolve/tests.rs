@@ -163,3 +163,39 @@ fn upstream_errors_name_line_and_key() {
     let e = load("[[location]]\nhandlers = [\"proxy\"]\n").unwrap_err();
     assert_eq!(e.key.as_deref(), Some("location[0].proxy"));
 }
+
+#[test]
+fn unknown_keys_suggest_the_nearest() {
+    let e = load("[[location]]\nroott = \"www\"\n").unwrap_err();
+    assert_eq!(
+        (e.line, e.key.as_deref()),
+        (Some(2), Some("location[0].roott"))
+    );
+    assert!(
+        e.message
+            .starts_with("unknown key `roott`; did you mean `root`?"),
+        "{e}"
+    );
+    let e = load("[timeouts]\nkeepalive_timeout = 5\n[[location]]\nroot = \"www\"\n").unwrap_err();
+    assert!(e.message.contains("did you mean `keepalive`?"), "{e}");
+    let e = load("[[location]]\nroot = \"www\"\nzzzzzz = 1\n").unwrap_err();
+    assert!(
+        e.message.starts_with("unknown key `zzzzzz` (known here:"),
+        "{e}"
+    );
+    assert_eq!(edit_distance("kitten", "sitting"), 3);
+}
+
+#[test]
+fn the_directory_to_serve_is_checked_in_a_new_users_terms() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope");
+    let e = for_directory(&missing, &[], true).unwrap_err();
+    assert_eq!(e.file, "command line");
+    assert!(e.to_string().contains("does not exist"), "{e}");
+    let file = dir.path().join("f.txt");
+    std::fs::write(&file, "x").unwrap();
+    let e = for_directory(&file, &[], true).unwrap_err();
+    assert!(e.to_string().contains("is a file, not a directory"), "{e}");
+    assert!(for_directory(dir.path(), &[], true).is_ok());
+}
