@@ -8,6 +8,7 @@
 
 mod error;
 mod handler;
+mod print;
 pub mod raw;
 mod resolve;
 mod resolved;

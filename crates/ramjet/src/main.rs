@@ -42,7 +42,8 @@ enum Command {
     /// Load generator: closed loop (wrk/ab), open loop (--rate), sweeps (--sweep) and slow
     /// downloads (--slow): `ramjet bench http://127.0.0.1:8080/x`.
     Bench(Box<bench_cli::BenchArgs>),
-    /// Validate a configuration file and print it resolved.
+    /// Validate a configuration file and print it resolved, as TOML with every default
+    /// filled in (exit status 0 when valid, 2 with the errors otherwise).
     CheckConfig {
         /// The TOML file.
         file: PathBuf,
@@ -93,8 +94,10 @@ fn main() -> ExitCode {
 
 fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
     let resolved = ramjet_config::load_file(file)?;
-    println!("{resolved:#?}");
-    println!("{}: ok", file.display());
+    // The resolved configuration on stdout (a valid file that loads back to the same
+    // configuration), the verdict on stderr.
+    print!("{}", resolved.to_toml());
+    eprintln!("{}: ok", file.display());
     Ok(())
 }
 

@@ -35,12 +35,17 @@ fn check_config_reports_file_line_and_key() {
     .unwrap();
     let out = check_config(&good);
     assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("good.toml: ok"));
+    // The resolved configuration, as TOML that loads back.
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("good.toml: ok"));
+    assert!(text.contains("send_buffer = \"8k\"\n"), "{text}");
     assert!(
-        text.contains("send_buffer: Some(\n            8192,"),
-        "{text}"
+        text.contains("keepalive = \"1m\"\n"),
+        "defaults filled in: {text}"
     );
+    let printed = dir.path().join("printed.toml");
+    std::fs::write(&printed, text.as_bytes()).unwrap();
+    assert!(check_config(&printed).status.success(), "{text}");
 
     // A send buffer too small to be useful is refused, by key.
     std::fs::write(

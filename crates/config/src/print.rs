@@ -1,0 +1,304 @@
+//! The resolved configuration written back as TOML (`ramjet check-config`): every default
+//! filled in, paths absolute, sizes and durations in the file's own units. It loads back to
+//! the same configuration (a test round-trips it).
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use crate::handler::Handler;
+use crate::resolved::{Location, Resolved};
+use crate::statics::{Encoding, SymlinkPolicy};
+use crate::upstream::Balance;
+use ramjet_observe::{LogFormat, LogTarget};
+
+/// A TOML string literal (quoted and escaped).
+fn text(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+fn list<'a>(items: impl IntoIterator<Item = &'a str>) -> String {
+    let items: Vec<String> = items.into_iter().map(text).collect();
+    format!("[{}]", items.join(", "))
+}
+
+/// A byte size in the largest unit that divides it.
+fn size(n: u64) -> String {
+    for (shift, unit) in [(30, "g"), (20, "m"), (10, "k")] {
+        if n > 0 && n % (1 << shift) == 0 {
+            return text(&format!("{}{unit}", n >> shift));
+        }
+    }
+    n.to_string()
+}
+
+fn duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms % 1000 != 0 {
+        return text(&format!("{ms}ms"));
+    }
+    let s = d.as_secs();
+    let t = match s {
+        0 => "0s".to_string(),
+        s if s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s % 60 == 0 => format!("{}m", s / 60),
+        s => format!("{s}s"),
+    };
+    text(&t)
+}
+
+/// A table key, quoted unless bare.
+fn key(k: &str) -> String {
+    if !k.is_empty()
+        && k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        k.to_string()
+    } else {
+        text(k)
+    }
+}
+
+impl Resolved {
+    /// This configuration as a TOML file.
+    pub fn to_toml(&self) -> String {
+        let mut o = String::new();
+        let _ = writeln!(o, "# {}, resolved: every default filled in", self.source);
+        let listen: Vec<String> = self
+            .listen
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                if self.expects_proxy_header(i) {
+                    format!(
+                        "{{ address = {}, proxy_protocol = true }}",
+                        text(&a.to_string())
+                    )
+                } else {
+                    text(&a.to_string())
+                }
+            })
+            .collect();
+        let _ = writeln!(o, "listen = [{}]", listen.join(", "));
+        let _ = writeln!(o, "workers = {}", self.workers);
+        let _ = writeln!(o, "pin_workers = {}", self.pin_workers);
+
+        let l = &self.limits;
+        let _ = writeln!(o, "\n[limits]");
+        let _ = writeln!(o, "max_target = {}", size(l.http1.max_target as u64));
+        let _ = writeln!(o, "max_head = {}", size(l.http1.max_head as u64));
+        let _ = writeln!(o, "max_body = {}", size(l.max_body));
+        let _ = writeln!(o, "max_connections = {}", l.max_connections);
+        match l.send_buffer {
+            Some(b) => {
+                let _ = writeln!(o, "send_buffer = {}", size(b as u64));
+            }
+            None => o.push_str("# send_buffer: unset (kernel autotuning)\n"),
+        }
+
+        let t = &self.timeouts;
+        let _ = writeln!(o, "\n[timeouts]");
+        for (name, d) in [
+            ("header", t.header),
+            ("keepalive", t.keepalive),
+            ("send", t.send),
+            ("shutdown", t.shutdown),
+        ] {
+            let _ = writeln!(o, "{name} = {}", duration(d));
+        }
+
+        let _ = writeln!(o, "\n[log]");
+        let target = match &self.access_log.target {
+            LogTarget::Off => "off".to_string(),
+            LogTarget::Stdout => "stdout".to_string(),
+            LogTarget::Stderr => "stderr".to_string(),
+            LogTarget::File(p) => p.display().to_string(),
+        };
+        let format = match self.access_log.format {
+            LogFormat::Combined => "combined",
+            LogFormat::Common => "common",
+            LogFormat::Json => "json",
+        };
+        let _ = writeln!(o, "access = {}", text(&target));
+        let _ = writeln!(o, "format = {}", text(format));
+        let _ = writeln!(o, "level = {}", text(&self.log_level));
+
+        let c = &self.file_cache;
+        let _ = writeln!(o, "\n[file_cache]");
+        let _ = writeln!(o, "entries = {}", c.entries);
+        let _ = writeln!(o, "memory = {}", size(c.memory));
+        let _ = writeln!(o, "small_file_max = {}", size(c.small_file_max));
+        let _ = writeln!(o, "valid = {}", duration(c.valid));
+        let _ = writeln!(o, "watch = {}", c.watch);
+
+        for u in &self.upstreams {
+            let _ = writeln!(o, "\n[upstream.{}]", key(&u.name));
+            let servers: Vec<String> = u
+                .servers
+                .iter()
+                .map(|s| {
+                    let a = text(&s.addr.to_string());
+                    if s.weight == 1 {
+                        a
+                    } else {
+                        format!("{{ address = {a}, weight = {} }}", s.weight)
+                    }
+                })
+                .collect();
+            let _ = writeln!(o, "servers = [{}]", servers.join(", "));
+            let balance = match u.balance {
+                Balance::RoundRobin => "round-robin",
+                Balance::LeastConnections => "least-connections",
+                Balance::HashUri => "hash-uri",
+                Balance::HashClient => "hash-client",
+            };
+            let _ = writeln!(o, "balance = {}", text(balance));
+            let _ = writeln!(o, "keepalive = {}", u.keepalive);
+            for (name, d) in [
+                ("keepalive_timeout", u.keepalive_timeout),
+                ("connect_timeout", u.connect_timeout),
+                ("header_timeout", u.header_timeout),
+                ("body_timeout", u.body_timeout),
+            ] {
+                let _ = writeln!(o, "{name} = {}", duration(d));
+            }
+            let _ = writeln!(o, "max_fails = {}", u.max_fails);
+            let _ = writeln!(o, "fail_timeout = {}", duration(u.fail_timeout));
+            if let Some(path) = &u.health_check {
+                let _ = writeln!(o, "health_check = {}", text(path));
+            }
+            let _ = writeln!(o, "health_interval = {}", duration(u.health_interval));
+            let _ = writeln!(o, "tries = {}", u.tries);
+            let _ = writeln!(o, "retry_non_idempotent = {}", u.retry_non_idempotent);
+            let _ = writeln!(
+                o,
+                "max_response_head = {}",
+                size(u.max_response_head as u64)
+            );
+        }
+
+        for v in &self.vhosts {
+            let any_host = v.names.iter().any(|n| n == "*") && v.names.len() == 1;
+            let table = if any_host {
+                "location"
+            } else {
+                let names: Vec<&str> = v.names.iter().map(String::as_str).collect();
+                let _ = writeln!(o, "\n[[vhost]]\nnames = {}", list(names));
+                "vhost.location"
+            };
+            for loc in &v.locations {
+                self.location(&mut o, table, loc);
+            }
+        }
+        o
+    }
+
+    fn location(&self, o: &mut String, table: &str, loc: &Location) {
+        let _ = writeln!(o, "\n[[{table}]]");
+        let _ = writeln!(o, "path = {}", text(&loc.prefix));
+        let handlers: Vec<&str> = loc.handlers.iter().map(|h| Handler::name(*h)).collect();
+        let _ = writeln!(o, "handlers = {}", list(handlers));
+        let _ = writeln!(o, "max_body = {}", size(loc.max_body));
+        if let Some(s) = &loc.statics {
+            let _ = writeln!(o, "root = {}", text(&s.root_path.display().to_string()));
+            let _ = writeln!(o, "autoindex = {}", s.autoindex);
+            let symlinks = match s.symlinks {
+                SymlinkPolicy::InsideRoot => "inside-root",
+                SymlinkPolicy::OwnerMatch => "owner-match",
+                SymlinkPolicy::Never => "never",
+            };
+            let _ = writeln!(o, "symlinks = {}", text(symlinks));
+            let _ = writeln!(o, "index = {}", list(s.index.iter().map(String::as_str)));
+            let encodings: Vec<&str> = s
+                .precompressed
+                .iter()
+                .map(|e| match e {
+                    Encoding::Zstd => "zstd",
+                    Encoding::Br => "br",
+                    Encoding::Gzip => "gzip",
+                })
+                .collect();
+            let _ = writeln!(o, "precompressed = {}", list(encodings));
+            let mut types: Vec<(&String, &String)> = s.types.iter().collect();
+            types.sort();
+            let types: Vec<String> = types
+                .into_iter()
+                .map(|(k, v)| format!("{} = {}", key(k), text(v)))
+                .collect();
+            let _ = writeln!(o, "types = {{ {} }}", types.join(", "));
+            let _ = writeln!(o, "charset = {}", text(s.charset.as_deref().unwrap_or("")));
+            let _ = writeln!(o, "max_ranges = {}", s.max_ranges);
+        }
+        if let Some(p) = &loc.proxy {
+            let _ = writeln!(o, "proxy = {}", text(&self.upstreams[p.upstream].name));
+            if let Some(path) = &p.path {
+                let _ = writeln!(o, "proxy_path = {}", text(path));
+            }
+            if let Some(host) = &p.host {
+                let _ = writeln!(o, "proxy_host = {}", text(host));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::load_str;
+
+    #[test]
+    fn the_printed_configuration_loads_back_to_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("www")).unwrap();
+        let src = r#"
+listen = ["127.0.0.1:0", { address = "[::1]:0", proxy_protocol = true }]
+workers = 2
+[limits]
+max_body = "3m"
+send_buffer = "8k"
+[timeouts]
+header = "1500ms"
+keepalive = "2m"
+[log]
+access = "off"
+format = "json"
+[upstream.app]
+servers = ["127.0.0.1:8000", { address = "unix:/run/app.sock", weight = 3 }]
+balance = "hash-uri"
+health_check = "/healthz"
+[upstream."odd name"]
+servers = ["[::1]:9000"]
+[[location]]
+root = "www"
+handlers = ["static", "proxy"]
+proxy = "app"
+types = { log = "text/plain", "tar.gz" = "application/gzip" }
+precompressed = ["zstd", "gzip"]
+charset = ""
+[[vhost]]
+names = ["a.example", "*.b.example"]
+[[vhost.location]]
+path = "/api/"
+proxy = "odd name"
+proxy_path = "/v2/"
+proxy_host = "internal"
+max_body = 100
+"#;
+        let first = load_str(src, "t.toml", dir.path()).unwrap().to_toml();
+        let again =
+            load_str(&first, "t.toml", dir.path()).unwrap_or_else(|e| panic!("{e}\n{first}"));
+        assert_eq!(again.to_toml(), first);
+        for expected in [
+            "header = \"1500ms\"",
+            "keepalive = \"2m\"",
+            "send_buffer = \"8k\"",
+            "{ address = \"[::1]:0\", proxy_protocol = true }",
+            "{ address = \"unix:/run/app.sock\", weight = 3 }",
+            "[upstream.\"odd name\"]",
+            "handlers = [\"static\", \"proxy\"]",
+            "names = [\"a.example\", \"*.b.example\"]",
+            "[[vhost.location]]",
+            "max_body = 100",
+        ] {
+            assert!(first.contains(expected), "{expected} missing from\n{first}");
+        }
+    }
+}
