@@ -201,6 +201,7 @@ impl Resolved {
         if let Some(s) = &loc.statics {
             let _ = writeln!(o, "root = {}", text(&s.root_path.display().to_string()));
             let _ = writeln!(o, "autoindex = {}", s.autoindex);
+            let _ = writeln!(o, "autoindex_dotfiles = {}", s.autoindex_dotfiles);
             let symlinks = match s.symlinks {
                 SymlinkPolicy::InsideRoot => "inside-root",
                 SymlinkPolicy::OwnerMatch => "owner-match",

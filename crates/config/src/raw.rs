@@ -143,6 +143,8 @@ pub struct RawLocation {
     pub path: Option<Spanned<String>>,
     pub root: Option<Spanned<String>>,
     pub autoindex: Option<bool>,
+    /// Listings show names that start with a dot.
+    pub autoindex_dotfiles: Option<bool>,
     pub symlinks: Option<SymlinkPolicy>,
     pub index: Option<Vec<String>>,
     pub precompressed: Option<Vec<Encoding>>,

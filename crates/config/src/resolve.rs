@@ -613,6 +613,10 @@ impl Resolver<'_> {
             root_path,
             root: Arc::new(dir),
             autoindex: l.autoindex.or(d.autoindex).unwrap_or(false),
+            autoindex_dotfiles: l
+                .autoindex_dotfiles
+                .or(d.autoindex_dotfiles)
+                .unwrap_or(false),
             symlinks: l
                 .symlinks
                 .or(d.symlinks)

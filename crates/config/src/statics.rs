@@ -57,6 +57,8 @@ pub struct StaticOptions {
     /// The document root, opened once; every file open is resolved beneath it.
     pub root: Arc<File>,
     pub autoindex: bool,
+    /// Listings show dot-files.
+    pub autoindex_dotfiles: bool,
     pub symlinks: SymlinkPolicy,
     /// Index file names tried in order for a directory.
     pub index: Vec<String>,

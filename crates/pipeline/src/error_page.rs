@@ -14,7 +14,7 @@ pub fn error_response(status: u16) -> Response {
     let mut r = Response::new(status, Body::Bytes(Bytes::from(body)))
         .header("Content-Type", b"text/html; charset=utf-8");
     if status == 405 {
-        r = r.header("Allow", b"GET, HEAD");
+        r = r.header("Allow", b"GET, HEAD, OPTIONS");
     }
     r
 }

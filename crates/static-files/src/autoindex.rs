@@ -19,6 +19,16 @@ pub(crate) struct Row {
     pub(crate) is_dir: bool,
     pub(crate) size: u64,
     pub(crate) mtime: u64,
+    /// The entry could not be opened (no permission, a broken or escaping symlink): it is
+    /// listed as such, without size, time or link, rather than left out.
+    pub(crate) unreadable: bool,
+}
+
+/// What a location's listing shows.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Options {
+    /// Names starting with a dot (hidden by default).
+    pub(crate) dotfiles: bool,
 }
 
 /// Listing format.
@@ -52,26 +62,35 @@ impl Sort {
     }
 }
 
-/// Read the directory (hidden dot-files skipped, escaping or broken symlinks left out).
-pub(crate) fn read(dir: &File) -> std::io::Result<Vec<Row>> {
+/// Read the directory (dot-files only when `options.dotfiles`; entries that cannot be
+/// opened are kept, marked unreadable).
+pub(crate) fn read(dir: &File, options: Options) -> std::io::Result<Vec<Row>> {
     let mut rows = Vec::new();
     for name in sys::blocking_read_dir(dir)? {
-        if name.starts_with(b".") {
+        if name == b"." || name == b".." || (name.starts_with(b".") && !options.dotfiles) {
             continue;
         }
         // Follow symlinks only beneath the directory, like file serving does.
-        let Ok((_, st)) = sys::open_beneath(dir, &name, OpenPolicy::Beneath) else {
-            continue;
+        let row = match sys::open_beneath(dir, &name, OpenPolicy::Beneath) {
+            Ok((_, st)) => Row {
+                is_dir: st.is_dir,
+                size: if st.is_dir { 0 } else { st.size },
+                mtime: st
+                    .mtime
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs()),
+                unreadable: false,
+                name,
+            },
+            Err(_) => Row {
+                is_dir: false,
+                size: 0,
+                mtime: 0,
+                unreadable: true,
+                name,
+            },
         };
-        rows.push(Row {
-            is_dir: st.is_dir,
-            size: if st.is_dir { 0 } else { st.size },
-            mtime: st
-                .mtime
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-            name,
-        });
+        rows.push(row);
     }
     Ok(rows)
 }
@@ -96,6 +115,12 @@ pub(crate) fn json(mut rows: Vec<Row>, sort: Sort) -> Vec<u8> {
     let list: Vec<serde_json::Value> = rows
         .iter()
         .map(|r| {
+            if r.unreadable {
+                return serde_json::json!({
+                    "name": String::from_utf8_lossy(&r.name),
+                    "type": "unreadable",
+                });
+            }
             let mut v = serde_json::json!({
                 "name": String::from_utf8_lossy(&r.name),
                 "type": if r.is_dir { "directory" } else { "file" },
@@ -128,22 +153,41 @@ pub(crate) fn html(dir: &File, mut rows: Vec<Row>, sort: Sort, display_path: &[u
             let _ = writeln!(out, "<h1>Index of {title}</h1>");
         }
     }
+    // The sorted column is marked with its direction; clicking it again reverses it.
     let link = |c: u8, label: &str| {
-        let order = if sort.column == c && !sort.descending {
+        let current = sort.column == c;
+        let order = if current && !sort.descending {
             'D'
         } else {
             'A'
         };
-        format!("<a href=\"?C={};O={order}\">{label}</a>", c as char)
+        let mark = match (current, sort.descending) {
+            (true, false) => " \u{25b2}",
+            (true, true) => " \u{25bc}",
+            _ => "",
+        };
+        format!("<a href=\"?C={};O={order}\">{label}</a>{mark}", c as char)
     };
     let _ = writeln!(
         out,
-        "<table>\n<tr><th>{}</th><th>{}</th><th>{}</th><th>Bytes</th></tr>\n<tr><td colspan=\"4\"><a href=\"../\">Parent Directory</a></td></tr>",
+        "<table>\n<tr><th>{}</th><th>{}</th><th>{}</th><th>Bytes</th></tr>",
         link(b'N', "Name"),
         link(b'M', "Last modified"),
         link(b'S', "Size")
     );
+    // The root has no parent to go to.
+    if display_path != b"/" {
+        out.push_str("<tr><td colspan=\"4\"><a href=\"../\">Parent Directory</a></td></tr>\n");
+    }
     for r in &rows {
+        if r.unreadable {
+            let shown = escape_html(&String::from_utf8_lossy(&r.name));
+            let _ = writeln!(
+                out,
+                "<tr><td>{shown}</td><td>-</td><td class=\"s\">unreadable</td><td></td></tr>"
+            );
+            continue;
+        }
         let shown = escape_html(&String::from_utf8_lossy(&r.name));
         let slash = if r.is_dir { "/" } else { "" };
         let when = civil(r.mtime);

@@ -5,14 +5,13 @@ use std::cell::{Cell, OnceCell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use ramjet_config::{Encoding, Handler, StaticOptions};
 use ramjet_http1::Method;
 use ramjet_pipeline::{error_response, filters, Body, Content, Later, Outcome, Request, Response};
 use ramjet_runtime::sys::FileStat;
 use tokio::time::Instant;
 
-use crate::autoindex::{self, Format, Sort};
+use crate::autoindex::Options;
 use crate::cache::{stale, Entry, FileCache, Kind};
 use crate::encoding::accepts;
 use crate::mime;
@@ -50,6 +49,9 @@ enum Need {
     /// the re-check, then try again.
     Recheck(Rc<Entry>),
 }
+
+/// The methods a static location answers (`Allow` of OPTIONS and 405).
+const ALLOW: &[u8] = b"GET, HEAD, OPTIONS";
 
 /// A slow-path request loads at most this many entries (path, index files, siblings).
 const MAX_LOADS: usize = 16;
@@ -293,7 +295,12 @@ impl StaticFiles {
         for _ in 0..MAX_LOADS {
             match self.try_serve(req, s) {
                 Ok(r) => return r,
-                Err(Need::Listing(dir)) => return Outcome::Respond(listing(req, &dir).await),
+                Err(Need::Listing(dir)) => {
+                    let options = Options {
+                        dotfiles: s.autoindex_dotfiles,
+                    };
+                    return Outcome::Respond(crate::listing::respond(req, &dir, options).await);
+                }
                 Err(Need::Recheck(e)) => {
                     if e.revalidating.get() {
                         e.rechecked.notified().await;
@@ -395,56 +402,6 @@ fn redirect_to_slash(req: &Request<'_>) -> Response {
     error_response(301).header("Location", location.as_bytes())
 }
 
-async fn listing(req: &Request<'_>, dir: &Entry) -> Response {
-    let wants_json = req
-        .query
-        .is_some_and(|q| q.split(['&', ';']).any(|kv| kv == "format=json"))
-        || req.head.accept.is_some_and(|a| {
-            a.split(|&b| b == b',')
-                .next()
-                .is_some_and(|first| first.trim_ascii().starts_with(b"application/json"))
-        });
-    let format = if wants_json {
-        Format::Json
-    } else {
-        Format::Html
-    };
-    let sort = Sort::from_query(req.query);
-    let file = dir
-        .file
-        .clone()
-        .expect("a directory entry has a descriptor");
-    let display = req.path.to_vec();
-    let rendered = tokio::task::spawn_blocking(move || {
-        let rows = autoindex::read(&file)?;
-        Ok::<_, std::io::Error>(match format {
-            Format::Json => autoindex::json(rows, sort),
-            Format::Html => autoindex::html(&file, rows, sort, &display),
-        })
-    })
-    .await;
-    match rendered {
-        Ok(Ok(body)) => {
-            let ct: &[u8] = match format {
-                Format::Json => b"application/json",
-                Format::Html => b"text/html; charset=utf-8",
-            };
-            Response::new(200, Body::Bytes(Bytes::from(body)))
-                .header("Content-Type", ct)
-                .header("Vary", b"Accept")
-                .header("Cache-Control", b"no-cache")
-        }
-        Ok(Err(e)) => {
-            tracing::warn!("listing {}: {e}", String::from_utf8_lossy(req.path));
-            error_response(403)
-        }
-        Err(e) => {
-            tracing::error!("blocking pool: {e}");
-            error_response(500)
-        }
-    }
-}
-
 impl Content for StaticFiles {
     fn produce<'r>(&'r self, req: &'r Request<'r>) -> Result<Outcome, Later<'r>> {
         let Some(s) = req.location.statics.as_ref() else {
@@ -456,6 +413,11 @@ impl Content for StaticFiles {
         match req.head.method {
             Method::Get | Method::Head => {}
             _ if req.location.has_after(Handler::Static) => return Ok(Outcome::Declined),
+            Method::Options => {
+                return Ok(Outcome::Respond(
+                    Response::new(200, Body::Empty).header("Allow", ALLOW),
+                ))
+            }
             Method::Other => return Ok(Outcome::Respond(error_response(501))),
             _ => return Ok(Outcome::Respond(error_response(405))),
         }

@@ -14,6 +14,7 @@ mod autoindex;
 mod cache;
 mod encoding;
 mod handler;
+mod listing;
 mod mime;
 mod open;
 mod watch;

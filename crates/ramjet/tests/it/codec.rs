@@ -139,7 +139,7 @@ fn other_error_statuses() {
     c.send(b"POST /hello.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\nbodyDELETE /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
     let r = c.response(false);
     assert_eq!(r.status, 405);
-    assert_eq!(r.header("Allow").as_deref(), Some("GET, HEAD"));
+    assert_eq!(r.header("Allow").as_deref(), Some("GET, HEAD, OPTIONS"));
     assert_eq!(c.response(false).status, 405);
     c.send(b"GET /hello.txt HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(c.response(false).status, 200);

@@ -58,3 +58,18 @@ pub fn curl(args: &[&str]) -> (bool, Vec<u8>) {
         .expect("curl is installed");
     (out.status.success(), out.stdout)
 }
+
+/// Poll `f` until it gives a value (10 s at most).
+pub fn poll_until<T>(mut f: impl FnMut() -> Option<T>) -> T {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "condition not met within 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

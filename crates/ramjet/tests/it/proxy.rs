@@ -673,7 +673,7 @@ fn a_proxy_only_location_needs_no_root_and_rewrites_its_prefix() {
     c.send(b"DELETE /index.html HTTP/1.1\r\nHost: h\r\n\r\n");
     let r = c.response(false);
     assert_eq!(r.status, 405);
-    assert_eq!(r.header("Allow").as_deref(), Some("GET, HEAD"));
+    assert_eq!(r.header("Allow").as_deref(), Some("GET, HEAD, OPTIONS"));
     let mut c = Client::connect(s.addr);
     c.send(b"GET /api/ HTTP/1.1\r\nHost: h\r\n\r\n");
     assert!(c.response(false).text().starts_with("GET /v2/ HTTP/1.1"));

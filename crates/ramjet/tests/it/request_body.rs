@@ -125,7 +125,7 @@ fn bodies_over_the_limit_and_static_files_refusing_bodies() {
     c.send(b"POST /one.txt HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabcGET /one.txt HTTP/1.1\r\nHost: t\r\n\r\n");
     let r = c.response(false);
     assert_eq!(r.status, 405);
-    assert_eq!(r.header("Allow").as_deref(), Some("GET, HEAD"));
+    assert_eq!(r.header("Allow").as_deref(), Some("GET, HEAD, OPTIONS"));
     assert_eq!(c.response(false).text(), "1");
     s.assert_clean_log(&[]);
 }
