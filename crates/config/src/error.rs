@@ -10,6 +10,9 @@ pub struct ConfigError {
     /// Dotted key path, e.g. `vhost[0].location[1].root`.
     pub key: Option<String>,
     pub message: String,
+    /// The other errors found in the same file, in order (each is reported, not only the
+    /// first).
+    pub also: Vec<ConfigError>,
 }
 
 impl fmt::Display for ConfigError {
@@ -21,7 +24,11 @@ impl fmt::Display for ConfigError {
         if let Some(key) = &self.key {
             write!(f, ": key `{key}`")?;
         }
-        write!(f, ": {}", self.message)
+        write!(f, ": {}", self.message)?;
+        for e in &self.also {
+            write!(f, "\n{e}")?;
+        }
+        Ok(())
     }
 }
 

@@ -48,6 +48,7 @@ pub fn load_file(path: &Path) -> Result<Resolved, ConfigError> {
         line: None,
         key: None,
         message: format!("cannot read: {e}"),
+        also: Vec::new(),
     })?;
     let base = path.parent().unwrap_or(Path::new("."));
     load_str(&src, &name, base)
@@ -60,7 +61,7 @@ pub fn load_str(src: &str, name: &str, base: &Path) -> Result<Resolved, ConfigEr
         let key = e.path().to_string();
         toml_error(src, name, Some(key), e.inner())
     })?;
-    Resolver { src, name, base }.resolve(raw)
+    Resolver::new(src, name, base).resolve(raw)
 }
 
 /// The configuration `ramjet serve DIR` uses when no file is given.
@@ -85,12 +86,7 @@ pub fn for_directory(
         autoindex: Some(autoindex),
         ..RawLocation::default()
     }]);
-    Resolver {
-        src: "",
-        name: "<default>",
-        base: Path::new("."),
-    }
-    .resolve(raw)
+    Resolver::new("", "<default>", Path::new(".")).resolve(raw)
 }
 
 /// The directory given on the command line (`ramjet serve DIR`) exists, is a directory
@@ -102,6 +98,7 @@ fn check_served_dir(dir: &Path) -> Result<(), ConfigError> {
         line: None,
         key: None,
         message,
+        also: Vec::new(),
     };
     let denied = || {
         err(format!(
@@ -139,6 +136,7 @@ fn toml_error(src: &str, name: &str, key: Option<String>, e: &toml::de::Error) -
         line: e.span().map(|s| line_of(src, s.start)),
         key,
         message: did_you_mean(e.message().trim()),
+        also: Vec::new(),
     }
 }
 
@@ -203,9 +201,23 @@ struct Resolver<'a> {
     src: &'a str,
     name: &'a str,
     base: &'a Path,
+    /// Errors found so far: checking goes on past one, so a file's errors come all at once.
+    errors: std::cell::RefCell<Vec<ConfigError>>,
+    /// Upstreams that had errors: locations naming them add no error of their own.
+    failed_upstreams: std::cell::RefCell<Vec<String>>,
 }
 
-impl Resolver<'_> {
+impl<'a> Resolver<'a> {
+    fn new(src: &'a str, name: &'a str, base: &'a Path) -> Resolver<'a> {
+        Resolver {
+            src,
+            name,
+            base,
+            errors: Default::default(),
+            failed_upstreams: Default::default(),
+        }
+    }
+
     fn err(&self, span: Option<std::ops::Range<usize>>, key: &str, message: String) -> ConfigError {
         ConfigError {
             file: self.name.to_string(),
@@ -214,6 +226,18 @@ impl Resolver<'_> {
                 .map(|s| line_of(self.src, s.start)),
             key: Some(key.to_string()),
             message,
+            also: Vec::new(),
+        }
+    }
+
+    /// Note an error and go on checking the rest of the file (`None` in its place).
+    fn keep<T>(&self, r: Result<T, ConfigError>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.errors.borrow_mut().push(e);
+                None
+            }
         }
     }
 
@@ -228,18 +252,24 @@ impl Resolver<'_> {
                 let mut out = Vec::new();
                 for (i, a) in list.iter().enumerate() {
                     let text = a.get_ref().address();
-                    let addr = text.parse::<SocketAddr>().map_err(|_| {
+                    let Some(addr) = self.keep(text.parse::<SocketAddr>().map_err(|_| {
                         self.err(
                             Some(a.span()),
                             &format!("listen[{i}]"),
                             format!("`{text}` is not an address:port (e.g. \"0.0.0.0:8080\" or \"[::]:8080\")"),
                         )
-                    })?;
+                    })) else {
+                        continue;
+                    };
                     out.push(addr);
                     proxy_protocol.push(a.get_ref().proxy_protocol());
                 }
-                if out.is_empty() {
-                    return Err(self.err(None, "listen", "needs at least one address".into()));
+                if list.is_empty() {
+                    self.keep::<()>(Err(self.err(
+                        None,
+                        "listen",
+                        "needs at least one address".into(),
+                    )));
                 }
                 out
             }
@@ -247,16 +277,22 @@ impl Resolver<'_> {
         let workers = match raw.workers {
             None => 0,
             Some(Workers::Count(0)) => {
-                return Err(self.err(None, "workers", "must be at least 1 (or \"auto\")".into()))
+                self.keep::<()>(Err(self.err(
+                    None,
+                    "workers",
+                    "must be at least 1 (or \"auto\")".into(),
+                )));
+                1
             }
             Some(Workers::Count(n)) => n,
             Some(Workers::Auto(s)) if s == "auto" => 0,
             Some(Workers::Auto(s)) => {
-                return Err(self.err(
+                self.keep::<()>(Err(self.err(
                     None,
                     "workers",
                     format!("`{s}` is not a number or \"auto\""),
-                ))
+                )));
+                1
             }
         };
         let workers = if workers == 0 {
@@ -280,14 +316,18 @@ impl Resolver<'_> {
             .send_buffer
             .is_some_and(|b| !(4096..=1 << 30).contains(&b))
         {
-            return Err(self.err(
+            self.keep::<()>(Err(self.err(
                 None,
                 "limits.send_buffer",
                 "must be between 4 KiB and 1 GiB".into(),
-            ));
+            )));
         }
         if limits.http1.max_head < 1024 {
-            return Err(self.err(None, "limits.max_head", "must be at least 1k".into()));
+            self.keep::<()>(Err(self.err(
+                None,
+                "limits.max_head",
+                "must be at least 1k".into(),
+            )));
         }
         let t = raw.timeouts.unwrap_or_default();
         let timeouts = Timeouts {
@@ -314,11 +354,11 @@ impl Resolver<'_> {
             log_level.as_str(),
             "error" | "warn" | "info" | "debug" | "trace"
         ) {
-            return Err(self.err(
+            self.keep::<()>(Err(self.err(
                 None,
                 "log.level",
                 format!("`{log_level}` is not one of error, warn, info, debug, trace"),
-            ));
+            )));
         }
         let c = raw.file_cache.unwrap_or_default();
         let file_cache = FileCacheOptions {
@@ -332,9 +372,13 @@ impl Resolver<'_> {
         let mut limits = limits;
         let mut upstreams = Vec::new();
         for (name, u) in raw.upstream.iter().flatten() {
-            let resolved = crate::upstream::resolve(name, u)
-                .map_err(|(key, message)| self.err(Some(u.servers.span()), &key, message))?;
-            upstreams.push(resolved);
+            match self.keep(
+                crate::upstream::resolve(name, u)
+                    .map_err(|(key, message)| self.err(Some(u.servers.span()), &key, message)),
+            ) {
+                Some(resolved) => upstreams.push(resolved),
+                None => self.failed_upstreams.borrow_mut().push(name.clone()),
+            }
         }
         let defaults = raw.defaults.unwrap_or_default();
         let inherited = Inherited {
@@ -345,7 +389,7 @@ impl Resolver<'_> {
         let mut next_id = 0;
         let mut vhosts = Vec::new();
         if let Some(locs) = raw.location {
-            let locations = self.locations(&inherited, None, locs, "location", &mut next_id)?;
+            let locations = self.locations(&inherited, None, locs, "location", &mut next_id);
             vhosts.push(VHost {
                 names: vec!["*".into()],
                 locations,
@@ -353,11 +397,11 @@ impl Resolver<'_> {
         }
         for (i, v) in raw.vhost.unwrap_or_default().into_iter().enumerate() {
             if v.names.is_empty() {
-                return Err(self.err(
+                self.keep::<()>(Err(self.err(
                     None,
                     &format!("vhost[{i}].names"),
                     "needs at least one name".into(),
-                ));
+                )));
             }
             let key = format!("vhost[{i}].location");
             let locations = self.locations(
@@ -366,18 +410,18 @@ impl Resolver<'_> {
                 v.location.unwrap_or_default(),
                 &key,
                 &mut next_id,
-            )?;
+            );
             vhosts.push(VHost {
                 names: v.names.iter().map(|n| n.to_ascii_lowercase()).collect(),
                 locations,
             });
         }
-        if vhosts.is_empty() {
-            return Err(self.err(
+        if vhosts.is_empty() && self.errors.borrow().is_empty() {
+            self.keep::<()>(Err(self.err(
                 None,
                 "location",
                 "nothing to serve: add a [[location]] with a root, or a [[vhost]]".into(),
-            ));
+            )));
         }
         limits.max_body_any = vhosts
             .iter()
@@ -387,6 +431,12 @@ impl Resolver<'_> {
             .iter()
             .position(|v| v.names.iter().any(|n| n == "*"))
             .unwrap_or(0);
+        let mut errors = self.errors.take();
+        if !errors.is_empty() {
+            let mut first = errors.remove(0);
+            first.also = errors;
+            return Err(first);
+        }
         Ok(Resolved {
             source: self.name.to_string(),
             listen,
@@ -404,6 +454,8 @@ impl Resolver<'_> {
         })
     }
 
+    /// A host's locations, longest prefix first. An erroneous location is noted and left
+    /// out, so the rest of the file is still checked.
     fn locations(
         &self,
         inherited: &Inherited<'_>,
@@ -411,12 +463,7 @@ impl Resolver<'_> {
         mut raw: Vec<RawLocation>,
         key: &str,
         next_id: &mut usize,
-    ) -> Result<Vec<Location>, ConfigError> {
-        let Inherited {
-            defaults,
-            upstreams,
-            max_body,
-        } = *inherited;
+    ) -> Vec<Location> {
         if let Some(root) = vhost_root {
             if !raw
                 .iter()
@@ -429,54 +476,76 @@ impl Resolver<'_> {
             }
         }
         let mut out: Vec<Location> = Vec::new();
+        let mut failed = false;
         for (i, loc) in raw.into_iter().enumerate() {
             let key = format!("{key}[{i}]");
-            let prefix = loc
-                .path
-                .as_ref()
-                .map_or("/".to_string(), |p| p.get_ref().clone());
-            if !prefix.starts_with('/') {
-                return Err(self.err(
-                    loc.path.as_ref().map(|p| p.span()),
-                    &format!("{key}.path"),
-                    format!("`{prefix}` must start with /"),
-                ));
+            match self.keep(self.location(inherited, &loc, &key, &out, *next_id)) {
+                Some(l) => {
+                    out.push(l);
+                    *next_id += 1;
+                }
+                None => failed = true,
             }
-            if out.iter().any(|l| l.prefix == prefix) {
-                return Err(self.err(
-                    loc.path.as_ref().map(|p| p.span()),
-                    &format!("{key}.path"),
-                    format!("`{prefix}` is already a location of this host"),
-                ));
-            }
-            let handlers = self.handlers(defaults, &loc, &key)?;
-            let statics = match handlers.contains(&Handler::Static) {
-                true => Some(self.statics(defaults, &loc, &key)?),
-                false => None,
-            };
-            let proxy = match handlers.contains(&Handler::Proxy) {
-                true => Some(self.proxy(defaults, &loc, &key, upstreams)?),
-                false => None,
-            };
-            out.push(Location {
-                id: *next_id,
-                prefix,
-                handlers,
-                statics,
-                proxy,
-                max_body: loc.max_body.or(defaults.max_body).map_or(max_body, |s| s.0),
-            });
-            *next_id += 1;
         }
-        if out.is_empty() {
-            return Err(self.err(
+        if out.is_empty() && !failed {
+            self.keep::<()>(Err(self.err(
                 None,
                 key,
                 "a virtual host needs a root or at least one location".into(),
-            ));
+            )));
         }
         out.sort_by_key(|l| std::cmp::Reverse(l.prefix.len()));
-        Ok(out)
+        out
+    }
+
+    fn location(
+        &self,
+        inherited: &Inherited<'_>,
+        loc: &RawLocation,
+        key: &str,
+        earlier: &[Location],
+        id: usize,
+    ) -> Result<Location, ConfigError> {
+        let Inherited {
+            defaults,
+            upstreams,
+            max_body,
+        } = *inherited;
+        let prefix = loc
+            .path
+            .as_ref()
+            .map_or("/".to_string(), |p| p.get_ref().clone());
+        if !prefix.starts_with('/') {
+            return Err(self.err(
+                loc.path.as_ref().map(|p| p.span()),
+                &format!("{key}.path"),
+                format!("`{prefix}` must start with /"),
+            ));
+        }
+        if earlier.iter().any(|l| l.prefix == prefix) {
+            return Err(self.err(
+                loc.path.as_ref().map(|p| p.span()),
+                &format!("{key}.path"),
+                format!("`{prefix}` is already a location of this host"),
+            ));
+        }
+        let handlers = self.handlers(defaults, loc, key)?;
+        let statics = match handlers.contains(&Handler::Static) {
+            true => Some(self.statics(defaults, loc, key)?),
+            false => None,
+        };
+        let proxy = match handlers.contains(&Handler::Proxy) {
+            true => Some(self.proxy(defaults, loc, key, upstreams)?),
+            false => None,
+        };
+        Ok(Location {
+            id,
+            prefix,
+            handlers,
+            statics,
+            proxy,
+            max_body: loc.max_body.or(defaults.max_body).map_or(max_body, |s| s.0),
+        })
     }
 
     /// The location's handler chain: as written, or `["proxy"]` when it names an upstream,
@@ -527,6 +596,14 @@ impl Resolver<'_> {
                 "missing: a location with the proxy handler names an [upstream.NAME]".into(),
             ));
         };
+        if self.failed_upstreams.borrow().contains(name.get_ref()) {
+            // Its own errors are reported; naming it is not another one.
+            return Ok(ProxyOptions {
+                upstream: 0,
+                path: None,
+                host: None,
+            });
+        }
         let Some(upstream) = upstreams.iter().position(|u| u.name == *name.get_ref()) else {
             let known: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
             return Err(self.err(

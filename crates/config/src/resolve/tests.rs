@@ -199,3 +199,50 @@ fn the_directory_to_serve_is_checked_in_a_new_users_terms() {
     assert!(e.to_string().contains("is a file, not a directory"), "{e}");
     assert!(for_directory(dir.path(), &[], true).is_ok());
 }
+
+#[test]
+fn every_error_of_a_file_is_reported_at_once() {
+    let e = load(
+        r#"listen = ["127.0.0.1:80", "nonsense"]
+workers = 0
+[upstream.app]
+servers = ["no-port"]
+[[location]]
+root = "www"
+proxy = "app"
+handlers = ["static", "proxy"]
+[[location]]
+path = "relative"
+root = "www"
+[[location]]
+path = "/x/"
+root = "missing-dir"
+"#,
+    )
+    .unwrap_err();
+    let all: Vec<&ConfigError> = std::iter::once(&e).chain(e.also.iter()).collect();
+    let keys: Vec<&str> = all.iter().filter_map(|e| e.key.as_deref()).collect();
+    assert_eq!(
+        keys,
+        [
+            "listen[1]",
+            "workers",
+            "upstream.app.servers[0]",
+            "location[1].path",
+            "location[2].root"
+        ],
+        "{e}"
+    );
+    // One line each, in file order where the place is known.
+    let text = e.to_string();
+    assert_eq!(text.lines().count(), 5, "{text}");
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .starts_with("test.toml:1: key `listen[1]`"),
+        "{text}"
+    );
+    // The location naming the broken upstream adds no error of its own.
+    assert!(!text.contains("no [upstream.app]"), "{text}");
+}
