@@ -6,6 +6,7 @@
 //! line and key. The request path only ever sees an `Arc<Resolved>`; reload builds a new one.
 #![forbid(unsafe_code)]
 
+mod access;
 mod error;
 mod handler;
 mod print;
@@ -16,6 +17,7 @@ mod statics;
 mod units;
 mod upstream;
 
+pub use access::{AccessRules, Cidr};
 pub use error::ConfigError;
 pub use handler::Handler;
 pub use resolve::{for_directory, load_file, load_str};

@@ -198,6 +198,14 @@ impl Resolved {
         let handlers: Vec<&str> = loc.handlers.iter().map(|h| Handler::name(*h)).collect();
         let _ = writeln!(o, "handlers = {}", list(handlers));
         let _ = writeln!(o, "max_body = {}", size(loc.max_body));
+        if let Some(a) = &loc.access {
+            for (name, rules) in [("allow", &a.allow), ("deny", &a.deny)] {
+                if !rules.is_empty() {
+                    let texts: Vec<String> = rules.iter().map(|c| c.to_string()).collect();
+                    let _ = writeln!(o, "{name} = {}", list(texts.iter().map(String::as_str)));
+                }
+            }
+        }
         if let Some(s) = &loc.statics {
             let _ = writeln!(o, "root = {}", text(&s.root_path.display().to_string()));
             let _ = writeln!(o, "autoindex = {}", s.autoindex);
@@ -282,6 +290,8 @@ proxy = "odd name"
 proxy_path = "/v2/"
 proxy_host = "internal"
 max_body = 100
+allow = ["10.0.0.0/8", "::1", "2001:db8::/32"]
+deny = ["10.0.0.7", "all"]
 "#;
         let first = load_str(src, "t.toml", dir.path()).unwrap().to_toml();
         let again =
@@ -298,6 +308,8 @@ max_body = 100
             "names = [\"a.example\", \"*.b.example\"]",
             "[[vhost.location]]",
             "max_body = 100",
+            "allow = [\"10.0.0.0/8\", \"::1\", \"2001:db8::/32\"]",
+            "deny = [\"10.0.0.7\", \"all\"]",
         ] {
             assert!(first.contains(expected), "{expected} missing from\n{first}");
         }

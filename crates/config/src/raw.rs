@@ -164,4 +164,8 @@ pub struct RawLocation {
     /// Largest request body accepted here (overrides `limits.max_body` either way, like
     /// nginx's `client_max_body_size` in a location).
     pub max_body: Option<Size>,
+    /// Client address prefixes admitted (when given, only these).
+    pub allow: Option<Vec<Spanned<String>>>,
+    /// Client address prefixes refused (before `allow`).
+    pub deny: Option<Vec<Spanned<String>>>,
 }

@@ -538,6 +538,7 @@ impl<'a> Resolver<'a> {
             true => Some(self.proxy(defaults, loc, key, upstreams)?),
             false => None,
         };
+        let access = self.access(defaults, loc, key)?;
         Ok(Location {
             id,
             prefix,
@@ -545,7 +546,32 @@ impl<'a> Resolver<'a> {
             statics,
             proxy,
             max_body: loc.max_body.or(defaults.max_body).map_or(max_body, |s| s.0),
+            access,
         })
+    }
+
+    /// `allow` and `deny` (each inherited from `[defaults]` when the location has none).
+    fn access(
+        &self,
+        d: &RawLocation,
+        l: &RawLocation,
+        key: &str,
+    ) -> Result<Option<Box<crate::access::AccessRules>>, ConfigError> {
+        let parse = |list: Option<&Vec<Spanned<String>>>, name: &str| {
+            let mut out = Vec::new();
+            for (i, rule) in list.into_iter().flatten().enumerate() {
+                let cidr = crate::access::Cidr::parse(rule.get_ref())
+                    .map_err(|m| self.err(Some(rule.span()), &format!("{key}.{name}[{i}]"), m))?;
+                out.push(cidr);
+            }
+            Ok::<_, ConfigError>(out)
+        };
+        let allow = parse(l.allow.as_ref().or(d.allow.as_ref()), "allow")?;
+        let deny = parse(l.deny.as_ref().or(d.deny.as_ref()), "deny")?;
+        if allow.is_empty() && deny.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Box::new(crate::access::AccessRules { allow, deny })))
     }
 
     /// The location's handler chain: as written, or `["proxy"]` when it names an upstream,

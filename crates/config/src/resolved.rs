@@ -93,6 +93,8 @@ pub struct Location {
     pub proxy: Option<ProxyOptions>,
     /// Largest request body accepted here (`limits.max_body` unless the location says).
     pub max_body: u64,
+    /// Client address rules; `None`: everyone (no check on the hot path).
+    pub access: Option<Box<crate::access::AccessRules>>,
 }
 
 impl Location {

@@ -33,11 +33,11 @@ pub const STAGES: [Stage; 9] = [
     },
     Stage {
         name: "route",
-        may_end_with: "400 404",
+        may_end_with: "400 404 413",
     },
     Stage {
         name: "admit",
-        may_end_with: "-",
+        may_end_with: "403",
     },
     Stage {
         name: "content",
@@ -94,8 +94,13 @@ pub(crate) fn respond<'r, C: Content>(
     if let Err(kind) = body.limit(location.max_body) {
         return Ok((error_response(kind.status()), Err(kind)));
     }
-    // admit: nothing yet (access rules and limits come here); method policy is the
-    // producer's.
+    // admit: the location's client address rules (none: no check).
+    if let Some(rules) = &location.access {
+        if !rules.admits(client.ip()) {
+            return Ok((error_response(403), Ok(body.finish())));
+        }
+    }
+    // Method policy is the producer's.
     // content: the fast path answers from the producer's cache; if it cannot, the work is
     // redone inside one boxed future that owns the normalised path and the body reader.
     let immediate = content

@@ -117,3 +117,49 @@ fn special_files_are_refused() {
     assert_eq!(s.get("/fifo").status, 403);
     s.assert_clean_log(&[]);
 }
+
+#[test]
+fn allow_and_deny_by_address_prefix_ipv4_and_ipv6() {
+    let s = crate::server_with(
+        &[("private/a.txt", b"secret"), ("public/b.txt", b"open"), ("v6/c.txt", b"six")],
+        "listen = [\"127.0.0.1:0\"]\n[[location]]\nroot = \"root\"\n[[location]]\npath = \"/private/\"\nroot = \"root\"\nallow = [\"127.0.0.1\", \"::1\"]\n[[location]]\npath = \"/v6/\"\nroot = \"root\"\ndeny = [\"127.0.0.0/30\"]\n",
+    );
+    let code = |path: &str, from: &str| {
+        let (ok, out) = crate::curl(&[
+            "--interface",
+            from,
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            &s.url(path),
+        ]);
+        assert!(ok, "curl from {from}");
+        String::from_utf8(out).unwrap()
+    };
+    assert_eq!(code("/private/a.txt", "127.0.0.1"), "200");
+    assert_eq!(code("/private/a.txt", "127.0.0.2"), "403", "not in allow");
+    assert_eq!(
+        code("/public/b.txt", "127.0.0.2"),
+        "200",
+        "no rules elsewhere"
+    );
+    assert_eq!(code("/v6/c.txt", "127.0.0.3"), "403", "in the denied /30");
+    assert_eq!(code("/v6/c.txt", "127.0.0.4"), "200", "just past it");
+    s.assert_clean_log(&[]);
+    // IPv6: a denied prefix on an IPv6 listener.
+    let s6 = crate::server_with(
+        &[("x.txt", b"x")],
+        "listen = [\"[::1]:0\"]\n[[location]]\nroot = \"root\"\ndeny = [\"::1/128\"]\n",
+    );
+    let (ok, out) = crate::curl(&[
+        "-g",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &format!("http://{}/x.txt", s6.addr),
+    ]);
+    assert!(ok);
+    assert_eq!(String::from_utf8(out).unwrap(), "403");
+}
