@@ -9,6 +9,7 @@
 mod access;
 mod error;
 mod handler;
+mod headers;
 mod print;
 pub mod raw;
 mod resolve;
@@ -20,6 +21,7 @@ mod upstream;
 pub use access::{AccessRules, Cidr};
 pub use error::ConfigError;
 pub use handler::Handler;
+pub use headers::ResponseHeaders;
 pub use resolve::{for_directory, load_file, load_str};
 pub use resolved::{FileCacheOptions, Limits, Location, Resolved, Timeouts, VHost};
 pub use statics::{Encoding, StaticOptions, SymlinkPolicy, DEFAULT_MAX_RANGES};

@@ -39,6 +39,7 @@ fn duration(d: Duration) -> String {
     let s = d.as_secs();
     let t = match s {
         0 => "0s".to_string(),
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
         s if s % 3600 == 0 => format!("{}h", s / 3600),
         s if s % 60 == 0 => format!("{}m", s / 60),
         s => format!("{s}s"),
@@ -198,6 +199,28 @@ impl Resolved {
         let handlers: Vec<&str> = loc.handlers.iter().map(|h| Handler::name(*h)).collect();
         let _ = writeln!(o, "handlers = {}", list(handlers));
         let _ = writeln!(o, "max_body = {}", size(loc.max_body));
+        if let Some(h) = &loc.response_headers {
+            let lines: Vec<String> = String::from_utf8_lossy(&h.block)
+                .split("\r\n")
+                .filter_map(|l| l.split_once(": "))
+                .map(|(k, v)| format!("{} = {}", key(k), text(v)))
+                .collect();
+            if !lines.is_empty() {
+                let _ = writeln!(o, "headers = {{ {} }}", lines.join(", "));
+            }
+            if let Some(d) = h.expires {
+                let _ = writeln!(o, "expires = {}", duration(d));
+            }
+            if !h.by_type.is_empty() {
+                let mut types: Vec<String> = h
+                    .by_type
+                    .iter()
+                    .map(|(t, d)| format!("{} = {}", text(t), duration(*d)))
+                    .collect();
+                types.sort();
+                let _ = writeln!(o, "expires_by_type = {{ {} }}", types.join(", "));
+            }
+        }
         if let Some(a) = &loc.access {
             for (name, rules) in [("allow", &a.allow), ("deny", &a.deny)] {
                 if !rules.is_empty() {
@@ -290,6 +313,9 @@ proxy = "odd name"
 proxy_path = "/v2/"
 proxy_host = "internal"
 max_body = 100
+headers = { "X-Frame-Options" = "DENY", x-b = "1" }
+expires = "1h"
+expires_by_type = { "image/" = "30d", "text/html" = 0 }
 allow = ["10.0.0.0/8", "::1", "2001:db8::/32"]
 deny = ["10.0.0.7", "all"]
 "#;

@@ -168,4 +168,11 @@ pub struct RawLocation {
     pub allow: Option<Vec<Spanned<String>>>,
     /// Client address prefixes refused (before `allow`).
     pub deny: Option<Vec<Spanned<String>>>,
+    /// Header fields added to successful responses (nginx `add_header`).
+    pub headers: Option<BTreeMap<String, String>>,
+    /// Cache lifetime (`Cache-Control: max-age` and `Expires`) of successful responses
+    /// without their own `Cache-Control`.
+    pub expires: Option<Seconds>,
+    /// The same by media type (`"text/html"`) or prefix (`"image/"`).
+    pub expires_by_type: Option<BTreeMap<String, Seconds>>,
 }

@@ -539,6 +539,24 @@ impl<'a> Resolver<'a> {
             false => None,
         };
         let access = self.access(defaults, loc, key)?;
+        let by_type: Option<std::collections::BTreeMap<String, Duration>> = loc
+            .expires_by_type
+            .as_ref()
+            .or(defaults.expires_by_type.as_ref())
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.0)).collect());
+        let response_headers = crate::headers::resolve(
+            loc.headers.as_ref().or(defaults.headers.as_ref()),
+            loc.expires.or(defaults.expires).map(|s| s.0),
+            by_type.as_ref(),
+        )
+        .map_err(|(k, m)| {
+            self.err(
+                loc.path.as_ref().map(|p| p.span()),
+                &format!("{key}.{k}"),
+                m,
+            )
+        })?
+        .map(Box::new);
         Ok(Location {
             id,
             prefix,
@@ -547,6 +565,7 @@ impl<'a> Resolver<'a> {
             proxy,
             max_body: loc.max_body.or(defaults.max_body).map_or(max_body, |s| s.0),
             access,
+            response_headers,
         })
     }
 

@@ -95,6 +95,8 @@ pub struct Location {
     pub max_body: u64,
     /// Client address rules; `None`: everyone (no check on the hot path).
     pub access: Option<Box<crate::access::AccessRules>>,
+    /// Headers and cache lifetime added to successful responses; `None`: nothing.
+    pub response_headers: Option<Box<crate::headers::ResponseHeaders>>,
 }
 
 impl Location {

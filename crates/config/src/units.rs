@@ -6,7 +6,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Size(pub u64);
 
-/// A duration: an integer number of seconds, or a string with ms/s/m/h suffix.
+/// A duration: an integer number of seconds, or a string with ms/s/m/h/d suffix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Seconds(pub Duration);
 
@@ -41,7 +41,7 @@ impl<'de> serde::Deserialize<'de> for Seconds {
             Raw::Int(n) => Ok(Seconds(Duration::from_secs(n))),
             Raw::Text(s) => parse_duration(&s).map(Seconds).ok_or_else(|| {
                 serde::de::Error::custom(format!(
-                    "`{s}` is not a duration (use seconds, or e.g. \"500ms\", \"30s\", \"5m\")"
+                    "`{s}` is not a duration (use seconds, or e.g. \"500ms\", \"30s\", \"5m\", \"7d\")"
                 ))
             }),
         }
@@ -68,6 +68,7 @@ fn parse_duration(s: &str) -> Option<Duration> {
         "" | "s" => Some(Duration::from_secs(n)),
         "m" => Some(Duration::from_secs(n.checked_mul(60)?)),
         "h" => Some(Duration::from_secs(n.checked_mul(3600)?)),
+        "d" => Some(Duration::from_secs(n.checked_mul(86_400)?)),
         _ => None,
     }
 }
@@ -85,6 +86,7 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
         assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
         assert_eq!(parse_duration("7"), Some(Duration::from_secs(7)));
-        assert_eq!(parse_duration("1d"), None);
+        assert_eq!(parse_duration("1d"), Some(Duration::from_secs(86_400)));
+        assert_eq!(parse_duration("1w"), None);
     }
 }

@@ -15,6 +15,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use ramjet_config::ResponseHeaders;
+
 use crate::content::Content;
 use crate::error_page::error_response;
 use crate::outbox::Outbox;
@@ -201,9 +203,9 @@ impl Conn {
                 }
                 Parse::Complete(head) => {
                     let started = self.read_at;
-                    let (response, body) =
+                    let (response, body, extra) =
                         match BodyDecoder::new(head.framing, config.limits.max_body_any) {
-                            Err(kind) => (error_response(kind.status()), Err(kind)),
+                            Err(kind) => (error_response(kind.status()), Err(kind), None),
                             Ok(decoder) => {
                                 // 100 Continue only when no earlier response is still queued:
                                 // it must not overtake one.
@@ -232,7 +234,7 @@ impl Conn {
                         .as_mut()
                         .and_then(|e| e.upstream.take())
                         .map(Box::new);
-                    let (unix_secs, keep) = queue(w, &mut self.out, response, &head, keep);
+                    let (unix_secs, keep) = queue(w, &mut self.out, response, &head, keep, extra);
                     let mut pending = self.pending_of(&head, status, started, unix_secs);
                     pending.upstream = upstream;
                     self.pending.push(pending);
@@ -365,7 +367,8 @@ impl Conn {
         let mut date = w.date.borrow_mut();
         let (date, unix_secs) = date.now();
         self.out.head(resp, |out| {
-            encode_head(out, &response, date, version, false, framing)
+            encode_head(out, &response, date, version);
+            end_head(out, version, false, framing);
         });
         self.out.body(resp, response.body, false);
         self.pending.push(Pending {
@@ -638,6 +641,7 @@ fn queue<C: Content>(
     response: Response,
     head: &RequestHead<'_>,
     keep: bool,
+    extra: Option<&ResponseHeaders>,
 ) -> (u64, bool) {
     let resp = out.begin();
     let framing = framing(&response, head.version);
@@ -645,7 +649,11 @@ fn queue<C: Content>(
     let mut date = w.date.borrow_mut();
     let (date, unix_secs) = date.now();
     out.head(resp, |o| {
-        encode_head(o, &response, date, head.version, keep, framing)
+        encode_head(o, &response, date, head.version);
+        if let Some(h) = extra {
+            location_headers(o, &response, h, unix_secs);
+        }
+        end_head(o, head.version, keep, framing);
     });
     if head.method != Method::Head && framing != Framing::None {
         out.body(resp, response.body, framing == Framing::Chunked);
@@ -653,15 +661,8 @@ fn queue<C: Content>(
     (unix_secs, keep)
 }
 
-/// Status line and fixed headers, then the response's own, then framing (RFC 9112 §6).
-fn encode_head(
-    out: &mut Vec<u8>,
-    r: &Response,
-    date: &[u8],
-    version: Version,
-    keep: bool,
-    framing: Framing,
-) {
+/// Status line and fixed headers, then the response's own (RFC 9112 §6); `end_head` ends it.
+fn encode_head(out: &mut Vec<u8>, r: &Response, date: &[u8], version: Version) {
     if version == Version::Http11 {
         // A 1.0 client does not expect informational responses (RFC 9110 §15.2).
         if let Some(e) = &r.extras {
@@ -689,6 +690,10 @@ fn encode_head(
     out.extend_from_slice(b"\r\n");
     out.extend_from_slice(&r.shared_headers);
     out.extend_from_slice(&r.headers);
+}
+
+/// Framing and connection fields, then the blank line that ends the head.
+fn end_head(out: &mut Vec<u8>, version: Version, keep: bool, framing: Framing) {
     match framing {
         Framing::Length(len) => {
             out.extend_from_slice(b"Content-Length: ");
@@ -704,6 +709,48 @@ fn encode_head(
         out.extend_from_slice(b"Connection: keep-alive\r\n");
     }
     out.extend_from_slice(b"\r\n");
+}
+
+/// A location's own header fields and cache lifetime (nginx `add_header` and `expires`),
+/// for the statuses nginx adds them to; a response with its own `Cache-Control` keeps it.
+/// Written straight into the head: no allocation.
+fn location_headers(out: &mut Vec<u8>, r: &Response, h: &ResponseHeaders, unix_secs: u64) {
+    if !matches!(
+        r.status,
+        200 | 201 | 204 | 206 | 301 | 302 | 303 | 304 | 307 | 308
+    ) {
+        return;
+    }
+    out.extend_from_slice(&h.block);
+    let field =
+        |name: &[u8]| field_of(&r.shared_headers, name).or_else(|| field_of(&r.headers, name));
+    if field(b"cache-control").is_some() {
+        return;
+    }
+    let Some(d) = h.lifetime(field(b"content-type")) else {
+        return;
+    };
+    let secs = d.as_secs();
+    if secs == 0 {
+        out.extend_from_slice(b"Cache-Control: no-cache\r\n");
+    } else {
+        out.extend_from_slice(b"Cache-Control: max-age=");
+        out.extend_from_slice(itoa::Buffer::new().format(secs).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix_secs + secs);
+    use std::io::Write;
+    let _ = write!(out, "Expires: {}\r\n", httpdate::HttpDate::from(at));
+}
+
+/// The value of field `name` (lower case) in a block of `Name: value\r\n` lines.
+fn field_of<'a>(block: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    block.split(|&b| b == b'\n').find_map(|line| {
+        let colon = line.iter().position(|&b| b == b':')?;
+        line[..colon]
+            .eq_ignore_ascii_case(name)
+            .then(|| line[colon + 1..].trim_ascii())
+    })
 }
 
 /// Every connection's task holds its future; this budget is what keeps an idle keep-alive

@@ -1,7 +1,7 @@
 //! The request stages, in order. This table is the one place the order is written down;
 //! `docs/ARCHITECTURE.md` mirrors it and a test keeps the two in step.
 
-use ramjet_config::{Location, Resolved};
+use ramjet_config::{Location, Resolved, ResponseHeaders};
 use ramjet_http1::path::{self, CleanPath};
 use ramjet_http1::{ErrorKind, RequestHead};
 
@@ -63,10 +63,14 @@ pub const STAGES: [Stage; 9] = [
 
 /// A response, and how far its producer read the request body (`None`: it had none), or
 /// why the body is refused (413 for the location's limit: the connection closes).
-pub(crate) type Answer = (Response, Result<Option<Finished>, ErrorKind>);
+pub(crate) type Answer<'r> = (
+    Response,
+    Result<Option<Finished>, ErrorKind>,
+    Option<&'r ResponseHeaders>,
+);
 
 /// An answer that needs more work first (the content stage's slow path).
-pub(crate) type Pending<'r> = Pin<Box<dyn Future<Output = Answer> + 'r>>;
+pub(crate) type Pending<'r> = Pin<Box<dyn Future<Output = Answer<'r>> + 'r>>;
 
 /// Stages 2–5 for one parsed request: route, admit, content (whose producer applies its
 /// method policy, and the conditional and range filters to its own representation). `Ok`
@@ -80,26 +84,28 @@ pub(crate) fn respond<'r, C: Content>(
     now: tokio::time::Instant,
     (client, listener): (SocketAddr, SocketAddr),
     body: RequestBody<'r>,
-) -> Result<Answer, Pending<'r>> {
+) -> Result<Answer<'r>, Pending<'r>> {
     let addrs = Addrs { client, listener };
     // route
     let clean: CleanPath<'r> = match path::normalize(head.path) {
         Ok(c) => c,
-        Err(_) => return Ok((error_response(400), Ok(body.finish()))),
+        Err(_) => return Ok((error_response(400), Ok(body.finish()), None)),
     };
     let Some(location) = config.route(head.host, &clean.path) else {
-        return Ok((error_response(404), Ok(body.finish())));
+        return Ok((error_response(404), Ok(body.finish()), None));
     };
     // The location's own body limit (the connection read up to the largest of them).
     if let Err(kind) = body.limit(location.max_body) {
-        return Ok((error_response(kind.status()), Err(kind)));
+        return Ok((error_response(kind.status()), Err(kind), None));
     }
     // admit: the location's client address rules (none: no check).
     if let Some(rules) = &location.access {
         if !rules.admits(client.ip()) {
-            return Ok((error_response(403), Ok(body.finish())));
+            return Ok((error_response(403), Ok(body.finish()), None));
         }
     }
+    // What the location adds to its successful responses (written with the head).
+    let extra = location.response_headers.as_deref();
     // Method policy is the producer's.
     // content: the fast path answers from the producer's cache; if it cannot, the work is
     // redone inside one boxed future that owns the normalised path and the body reader.
@@ -107,7 +113,7 @@ pub(crate) fn respond<'r, C: Content>(
         .produce(&request(head, &clean, location, config, now, addrs, &body))
         .ok();
     match immediate {
-        Some(outcome) => Ok((finish(outcome, head), Ok(body.finish()))),
+        Some(outcome) => Ok((finish(outcome, head), Ok(body.finish()), extra)),
         None => Err(Box::pin(async move {
             let outcome = {
                 let req = request(head, &clean, location, config, now, addrs, &body);
@@ -118,7 +124,7 @@ pub(crate) fn respond<'r, C: Content>(
                 };
                 outcome
             };
-            (finish(outcome, head), Ok(body.finish()))
+            (finish(outcome, head), Ok(body.finish()), extra)
         })),
     }
 }

@@ -199,3 +199,44 @@ root = "b"
     assert_eq!(body, b"site a");
     s.assert_clean_log(&[]);
 }
+
+#[test]
+fn a_location_adds_headers_and_cache_lifetimes() {
+    let s = crate::server_with(
+        &[("a.txt", b"a"), ("b.png", b"png"), ("dir/x", b"x")],
+        "[[location]]\nroot = \"root\"\nautoindex = true\nheaders = { X-Frame-Options = \"DENY\", X-Mirror = \"eu-1\" }\nexpires = \"1h\"\nexpires_by_type = { \"image/\" = \"30d\", \"text/html\" = 0 }\n",
+    );
+    let r = s.get("/a.txt");
+    assert_eq!(r.header("X-Frame-Options").as_deref(), Some("DENY"));
+    assert_eq!(r.header("X-Mirror").as_deref(), Some("eu-1"));
+    assert_eq!(r.header("Cache-Control").as_deref(), Some("max-age=3600"));
+    let date = httpdate::parse_http_date(&r.header("Date").unwrap()).unwrap();
+    let expires = httpdate::parse_http_date(&r.header("Expires").unwrap()).unwrap();
+    let ahead = expires.duration_since(date).unwrap().as_secs();
+    assert!(
+        (3599..=3601).contains(&ahead),
+        "Expires {ahead} s after Date"
+    );
+    assert_eq!(
+        s.get("/b.png").header("Cache-Control").as_deref(),
+        Some("max-age=2592000")
+    );
+    // A listing keeps its own Cache-Control (no-cache) and still gets the fields.
+    let l = s.get("/dir/");
+    assert_eq!(l.header("Cache-Control").as_deref(), Some("no-cache"));
+    assert_eq!(l.head.matches("Cache-Control").count(), 1);
+    assert_eq!(l.header("X-Frame-Options").as_deref(), Some("DENY"));
+    // 304 too; errors not (as nginx's add_header without `always`).
+    let etag = r.header("ETag").unwrap();
+    let mut c = s.client();
+    c.send(format!("GET /a.txt HTTP/1.1\r\nHost: t\r\nIf-None-Match: {etag}\r\n\r\n").as_bytes());
+    let nm = c.response(false);
+    assert_eq!(
+        (nm.status, nm.header("X-Mirror").as_deref()),
+        (304, Some("eu-1"))
+    );
+    let e = s.get("/missing");
+    assert_eq!(e.status, 404);
+    assert_eq!(e.header("X-Frame-Options"), None);
+    s.assert_clean_log(&[]);
+}

@@ -1010,3 +1010,33 @@ fn a_request_in_flight_across_a_reload_finishes_on_its_own_configuration() {
     // s1's close is a failure of s1 (passive health), nothing else.
     s.assert_clean_log(&["out of service"]);
 }
+
+#[test]
+fn location_headers_and_expires_apply_to_proxied_answers_too() {
+    let b = Backend::start(|ex| {
+        if ex.target() == "/own" {
+            ex.write(b"HTTP/1.1 200 OK\r\nCache-Control: private\r\nContent-Length: 2\r\n\r\nok");
+        } else {
+            ex.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok");
+        }
+        Flow::Keep
+    });
+    let s = server_with(
+        &[],
+        &format!(
+            "workers = 1\n[upstream.app]\nservers = [\"{}\"]\n[[location]]\nproxy = \"app\"\nheaders = {{ X-Via-Edge = \"1\" }}\nexpires = \"10m\"\n",
+            b.addr
+        ),
+    );
+    let r = s.get("/plain");
+    assert_eq!(r.header("X-Via-Edge").as_deref(), Some("1"));
+    assert_eq!(r.header("Cache-Control").as_deref(), Some("max-age=600"));
+    let r = s.get("/own");
+    assert_eq!(
+        r.header("Cache-Control").as_deref(),
+        Some("private"),
+        "the backend's own wins"
+    );
+    assert_eq!(r.head.matches("Cache-Control").count(), 1);
+    s.assert_clean_log(&[]);
+}
