@@ -11,6 +11,8 @@ pub enum Handler {
     Static,
     /// Forward to the location's upstream.
     Proxy,
+    /// Answer with a redirect to the location's `redirect` target.
+    Redirect,
 }
 
 impl Handler {
@@ -19,6 +21,7 @@ impl Handler {
         match self {
             Handler::Static => "static",
             Handler::Proxy => "proxy",
+            Handler::Redirect => "redirect",
         }
     }
 }

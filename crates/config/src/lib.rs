@@ -23,6 +23,8 @@ pub use error::ConfigError;
 pub use handler::Handler;
 pub use headers::ResponseHeaders;
 pub use resolve::{for_directory, load_file, load_str};
-pub use resolved::{FileCacheOptions, Limits, Location, Resolved, Timeouts, VHost};
+pub use resolved::{
+    FileCacheOptions, Limits, Location, RedirectOptions, Resolved, Timeouts, VHost,
+};
 pub use statics::{Encoding, StaticOptions, SymlinkPolicy, DEFAULT_MAX_RANGES};
 pub use upstream::{Balance, ProxyOptions, Upstream, UpstreamAddr, UpstreamServer};

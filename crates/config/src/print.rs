@@ -260,6 +260,10 @@ impl Resolved {
             let _ = writeln!(o, "charset = {}", text(s.charset.as_deref().unwrap_or("")));
             let _ = writeln!(o, "max_ranges = {}", s.max_ranges);
         }
+        if let Some(r) = &loc.redirect {
+            let _ = writeln!(o, "redirect = {}", text(&r.target));
+            let _ = writeln!(o, "redirect_status = {}", r.status);
+        }
         if let Some(p) = &loc.proxy {
             let _ = writeln!(o, "proxy = {}", text(&self.upstreams[p.upstream].name));
             if let Some(path) = &p.path {
@@ -318,6 +322,10 @@ expires = "1h"
 expires_by_type = { "image/" = "30d", "text/html" = 0 }
 allow = ["10.0.0.0/8", "::1", "2001:db8::/32"]
 deny = ["10.0.0.7", "all"]
+[[vhost.location]]
+path = "/old/"
+redirect = "https://new.example/docs/"
+redirect_status = 308
 "#;
         let first = load_str(src, "t.toml", dir.path()).unwrap().to_toml();
         let again =
@@ -336,6 +344,8 @@ deny = ["10.0.0.7", "all"]
             "max_body = 100",
             "allow = [\"10.0.0.0/8\", \"::1\", \"2001:db8::/32\"]",
             "deny = [\"10.0.0.7\", \"all\"]",
+            "handlers = [\"redirect\"]\n",
+            "redirect = \"https://new.example/docs/\"\nredirect_status = 308\n",
         ] {
             assert!(first.contains(expected), "{expected} missing from\n{first}");
         }

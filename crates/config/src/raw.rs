@@ -175,4 +175,9 @@ pub struct RawLocation {
     pub expires: Option<Seconds>,
     /// The same by media type (`"text/html"`) or prefix (`"image/"`).
     pub expires_by_type: Option<BTreeMap<String, Seconds>>,
+    /// Redirect target: the location's prefix is replaced by it, the rest of the path and
+    /// the query are kept.
+    pub redirect: Option<Spanned<String>>,
+    /// 301 (default), 302, 303, 307 or 308.
+    pub redirect_status: Option<u16>,
 }

@@ -14,7 +14,9 @@ use toml::Spanned;
 use crate::error::{line_of, ConfigError};
 use crate::handler::Handler;
 use crate::raw::{RawConfig, RawListen, RawLocation, Workers};
-use crate::resolved::{FileCacheOptions, Limits, Location, Resolved, Timeouts, VHost};
+use crate::resolved::{
+    FileCacheOptions, Limits, Location, RedirectOptions, Resolved, Timeouts, VHost,
+};
 use crate::upstream::{ProxyOptions, Upstream};
 
 /// Default listen port when no address is configured.
@@ -539,6 +541,10 @@ impl<'a> Resolver<'a> {
             false => None,
         };
         let access = self.access(defaults, loc, key)?;
+        let redirect = match handlers.contains(&Handler::Redirect) {
+            true => Some(self.redirect(loc, key)?),
+            false => None,
+        };
         let by_type: Option<std::collections::BTreeMap<String, Duration>> = loc
             .expires_by_type
             .as_ref()
@@ -566,6 +572,38 @@ impl<'a> Resolver<'a> {
             max_body: loc.max_body.or(defaults.max_body).map_or(max_body, |s| s.0),
             access,
             response_headers,
+            redirect,
+        })
+    }
+
+    /// A location's redirect target and status (not inherited: each says where it goes).
+    fn redirect(&self, l: &RawLocation, key: &str) -> Result<RedirectOptions, ConfigError> {
+        let Some(target) = l.redirect.as_ref() else {
+            return Err(self.err(
+                l.path.as_ref().map(|p| p.span()),
+                &format!("{key}.redirect"),
+                "missing: a location with the redirect handler says where to".into(),
+            ));
+        };
+        let t = target.get_ref();
+        if t.is_empty() || t.bytes().any(|b| b <= b' ' || b == 0x7f) {
+            return Err(self.err(
+                Some(target.span()),
+                &format!("{key}.redirect"),
+                format!("`{t}` is not a URL or path (no spaces or control characters)"),
+            ));
+        }
+        let status = l.redirect_status.unwrap_or(301);
+        if ![301, 302, 303, 307, 308].contains(&status) {
+            return Err(self.err(
+                Some(target.span()),
+                &format!("{key}.redirect_status"),
+                format!("{status} is not a redirect status (301, 302, 303, 307, 308)"),
+            ));
+        }
+        Ok(RedirectOptions {
+            target: t.clone(),
+            status,
         })
     }
 
@@ -604,7 +642,9 @@ impl<'a> Resolver<'a> {
         let key = format!("{key}.handlers");
         let Some(list) = l.handlers.as_ref().or(d.handlers.as_ref()) else {
             let proxied = l.proxy.is_some() || d.proxy.is_some();
-            return Ok(vec![if proxied {
+            return Ok(vec![if l.redirect.is_some() {
+                Handler::Redirect
+            } else if proxied {
                 Handler::Proxy
             } else {
                 Handler::Static

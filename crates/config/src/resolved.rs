@@ -97,6 +97,15 @@ pub struct Location {
     pub access: Option<Box<crate::access::AccessRules>>,
     /// Headers and cache lifetime added to successful responses; `None`: nothing.
     pub response_headers: Option<Box<crate::headers::ResponseHeaders>>,
+    /// Present when `handlers` has `redirect`.
+    pub redirect: Option<RedirectOptions>,
+}
+
+/// Where a `redirect` location sends its clients.
+#[derive(Debug, Clone)]
+pub struct RedirectOptions {
+    pub target: String,
+    pub status: u16,
 }
 
 impl Location {

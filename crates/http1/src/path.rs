@@ -29,6 +29,20 @@ pub struct CleanPath<'a> {
     pub raw_path: &'a str,
 }
 
+/// Append a decoded path to `out` percent-encoded again for a target or a `Location`:
+/// unreserved characters, sub-delimiters, `:`, `@` and `/` stay (RFC 3986 §3.3), every
+/// other byte becomes `%XX`.
+pub fn encode(path: &[u8], out: &mut Vec<u8>) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for &b in path {
+        if b.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&b) {
+            out.push(b);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+        }
+    }
+}
+
 /// Normalise `target` (origin-form path and query). An empty path (from "http://h?q") is "/".
 pub fn normalize(target: &str) -> Result<CleanPath<'_>, PathError> {
     let (raw_path, query) = match target.find('?') {

@@ -247,14 +247,7 @@ pub(crate) fn target<'a>(
     if out.ends_with(b"/") && rest.first() == Some(&b'/') {
         out.pop();
     }
-    for &b in rest {
-        let keep = b.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&b);
-        if keep {
-            out.push(b);
-        } else {
-            out.extend_from_slice(format!("%{b:02X}").as_bytes());
-        }
-    }
+    ramjet_http1::path::encode(rest, &mut out);
     if let Some(q) = query {
         out.push(b'?');
         out.extend_from_slice(q.as_bytes());

@@ -10,12 +10,14 @@
 use ramjet_config::{Handler, Resolved};
 use ramjet_pipeline::{Content, Later, Outcome, Request};
 use ramjet_proxy::Proxy;
+use ramjet_redirect::Redirect;
 use ramjet_static_files::StaticFiles;
 
 /// One worker's handlers.
 pub struct Handlers {
     statics: StaticFiles,
     proxy: Proxy,
+    redirect: Redirect,
 }
 
 impl Handlers {
@@ -23,6 +25,7 @@ impl Handlers {
         Handlers {
             statics: StaticFiles::new(),
             proxy: Proxy::new(),
+            redirect: Redirect::new(),
         }
     }
 
@@ -31,6 +34,7 @@ impl Handlers {
         match h {
             Handler::Static => self.statics.produce(req),
             Handler::Proxy => self.proxy.produce(req),
+            Handler::Redirect => self.redirect.produce(req),
         }
     }
 

@@ -240,3 +240,28 @@ fn a_location_adds_headers_and_cache_lifetimes() {
     assert_eq!(e.header("X-Frame-Options"), None);
     s.assert_clean_log(&[]);
 }
+
+#[test]
+fn redirect_locations_send_clients_on_with_the_rest_of_the_path() {
+    let s = crate::server_with(
+        &[("new/a b.txt", b"moved here")],
+        "[[location]]\nroot = \"root\"\n[[location]]\npath = \"/old/\"\nredirect = \"/new/\"\n[[location]]\npath = \"/gone/\"\nredirect = \"https://elsewhere.example/x/\"\nredirect_status = 308\n",
+    );
+    let r = s.get("/old/a%20b.txt?v=2");
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("Location").as_deref(), Some("/new/a%20b.txt?v=2"));
+    // curl follows it to the file.
+    let (ok, body) = crate::curl(&["-L", &s.url("/old/a%20b.txt")]);
+    assert!(ok);
+    assert_eq!(body, b"moved here");
+    // 308 keeps the method; any method is redirected.
+    let mut c = s.client();
+    c.send(b"POST /gone/deep/path HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nhi");
+    let r = c.response(false);
+    assert_eq!(r.status, 308);
+    assert_eq!(
+        r.header("Location").as_deref(),
+        Some("https://elsewhere.example/x/deep/path")
+    );
+    s.assert_clean_log(&[]);
+}
