@@ -29,6 +29,23 @@ pub struct CleanPath<'a> {
     pub raw_path: &'a str,
 }
 
+/// `base` followed by the decoded path `rest` percent-encoded again and the query: the
+/// target of a location whose prefix is replaced (a proxy's `proxy_path`, a redirect).
+/// One slash where `base` ends and `rest` starts with one.
+pub fn rebase(base: &str, rest: &[u8], query: Option<&str>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(base.len() + rest.len() + 16);
+    out.extend_from_slice(base.as_bytes());
+    if out.ends_with(b"/") && rest.first() == Some(&b'/') {
+        out.pop();
+    }
+    encode(rest, &mut out);
+    if let Some(q) = query {
+        out.push(b'?');
+        out.extend_from_slice(q.as_bytes());
+    }
+    out
+}
+
 /// Append a decoded path to `out` percent-encoded again for a target or a `Location`:
 /// unreserved characters, sub-delimiters, `:`, `@` and `/` stay (RFC 3986 §3.3), every
 /// other byte becomes `%XX`.

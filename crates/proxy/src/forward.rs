@@ -242,17 +242,7 @@ pub(crate) fn target<'a>(
         return std::borrow::Cow::Borrowed(raw_target.as_bytes());
     };
     let rest = path.strip_prefix(prefix.as_bytes()).unwrap_or(path);
-    let mut out = Vec::with_capacity(new.len() + rest.len() + 16);
-    out.extend_from_slice(new.as_bytes());
-    if out.ends_with(b"/") && rest.first() == Some(&b'/') {
-        out.pop();
-    }
-    ramjet_http1::path::encode(rest, &mut out);
-    if let Some(q) = query {
-        out.push(b'?');
-        out.extend_from_slice(q.as_bytes());
-    }
-    std::borrow::Cow::Owned(out)
+    std::borrow::Cow::Owned(ramjet_http1::path::rebase(new, rest, query))
 }
 
 #[cfg(test)]

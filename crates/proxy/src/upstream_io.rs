@@ -11,6 +11,9 @@ use ramjet_config::UpstreamAddr;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
+/// Most pieces one `write_all` takes (head, chunk line, data, CRLF).
+pub(crate) const MAX_PARTS: usize = 4;
+
 pub(crate) enum Io {
     Tcp(TcpStream),
     Unix(UnixStream),
@@ -74,24 +77,28 @@ impl Io {
         }
     }
 
-    /// Write all of `parts` (one writev when the socket takes them), each wait for
-    /// writability bounded by `timeout`.
+    /// Write all of `parts` (at most [`MAX_PARTS`]; one writev when the socket takes them),
+    /// each wait for writability bounded by `timeout`.
     pub(crate) async fn write_all(&self, parts: &[&[u8]], timeout: Duration) -> io::Result<()> {
+        debug_assert!(parts.len() <= MAX_PARTS);
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let mut done = 0;
         while done < total {
-            // Skip what is written, then offer the rest in one call.
+            // Skip what is written, then offer the rest in one call (on the stack: this
+            // runs for every proxied request).
             let mut skip = done;
-            let mut slices = Vec::with_capacity(parts.len());
-            for p in parts {
+            let mut slices = [io::IoSlice::new(&[]); MAX_PARTS];
+            let mut n = 0;
+            for p in parts.iter().take(MAX_PARTS) {
                 if skip >= p.len() {
                     skip -= p.len();
                     continue;
                 }
-                slices.push(io::IoSlice::new(&p[skip..]));
+                slices[n] = io::IoSlice::new(&p[skip..]);
+                n += 1;
                 skip = 0;
             }
-            let n = match self.try_write_vectored(&slices) {
+            let n = match self.try_write_vectored(&slices[..n]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {

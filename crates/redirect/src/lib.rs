@@ -27,17 +27,7 @@ pub fn location_of(target: &str, prefix: &str, path: &[u8], query: Option<&str>)
     } else {
         b""
     };
-    let mut out = Vec::with_capacity(target.len() + rest.len() + 16);
-    out.extend_from_slice(target.as_bytes());
-    if out.ends_with(b"/") && rest.first() == Some(&b'/') {
-        out.pop();
-    }
-    ramjet_http1::path::encode(rest, &mut out);
-    if let Some(q) = query {
-        out.push(b'?');
-        out.extend_from_slice(q.as_bytes());
-    }
-    out
+    ramjet_http1::path::rebase(target, rest, query)
 }
 
 impl Content for Redirect {
