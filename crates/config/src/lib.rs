@@ -8,9 +8,11 @@
 
 mod access;
 mod error;
+mod error_pages;
 mod handler;
 mod headers;
 mod print;
+mod protect;
 pub mod raw;
 mod resolve;
 mod resolved;
@@ -20,8 +22,10 @@ mod upstream;
 
 pub use access::{AccessRules, Cidr};
 pub use error::ConfigError;
+pub use error_pages::{ErrorPage, ErrorPages};
 pub use handler::Handler;
 pub use headers::ResponseHeaders;
+pub use protect::BasicAuth;
 pub use resolve::{for_directory, load_file, load_str};
 pub use resolved::{
     FileCacheOptions, Limits, Location, RedirectOptions, Resolved, Timeouts, VHost,

@@ -229,6 +229,25 @@ impl Resolved {
                 }
             }
         }
+        if let Some(a) = &loc.auth {
+            let _ = writeln!(o, "auth_basic = {}", text(&a.realm));
+            let file = a.file.display().to_string();
+            let _ = writeln!(o, "auth_basic_user_file = {}", text(&file));
+        }
+        if let Some(p) = &loc.error_pages {
+            let pages: Vec<String> = p
+                .pages()
+                .iter()
+                .map(|p| {
+                    let status = match p.status {
+                        s @ 4..=5 => format!("\"{s}xx\""),
+                        s => s.to_string(),
+                    };
+                    format!("{status} = {}", text(&p.file.display().to_string()))
+                })
+                .collect();
+            let _ = writeln!(o, "error_pages = {{ {} }}", pages.join(", "));
+        }
         if let Some(s) = &loc.statics {
             let _ = writeln!(o, "root = {}", text(&s.root_path.display().to_string()));
             let _ = writeln!(o, "autoindex = {}", s.autoindex);
@@ -284,6 +303,13 @@ mod tests {
     fn the_printed_configuration_loads_back_to_itself() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir(dir.path().join("www")).unwrap();
+        std::fs::write(dir.path().join("404.html"), "gone").unwrap();
+        std::fs::write(dir.path().join("5xx.txt"), "down").unwrap();
+        std::fs::write(
+            dir.path().join("users"),
+            "ann:{SHA}5en6G6MezRroT3XKqkdPOmY/BfQ=\n",
+        )
+        .unwrap();
         let src = r#"
 listen = ["127.0.0.1:0", { address = "[::1]:0", proxy_protocol = true }]
 workers = 2
@@ -322,6 +348,9 @@ expires = "1h"
 expires_by_type = { "image/" = "30d", "text/html" = 0 }
 allow = ["10.0.0.0/8", "::1", "2001:db8::/32"]
 deny = ["10.0.0.7", "all"]
+error_pages = { 404 = "404.html", "5xx" = "5xx.txt" }
+auth_basic = "Staff only"
+auth_basic_user_file = "users"
 [[vhost.location]]
 path = "/old/"
 redirect = "https://new.example/docs/"
@@ -345,6 +374,8 @@ redirect_status = 308
             "allow = [\"10.0.0.0/8\", \"::1\", \"2001:db8::/32\"]",
             "deny = [\"10.0.0.7\", \"all\"]",
             "handlers = [\"redirect\"]\n",
+            "auth_basic = \"Staff only\"\n",
+            "404.html\", \"5xx\" = ",
             "redirect = \"https://new.example/docs/\"\nredirect_status = 308\n",
         ] {
             assert!(first.contains(expected), "{expected} missing from\n{first}");

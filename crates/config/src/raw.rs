@@ -180,4 +180,11 @@ pub struct RawLocation {
     pub redirect: Option<Spanned<String>>,
     /// 301 (default), 302, 303, 307 or 308.
     pub redirect_status: Option<u16>,
+    /// Files served in place of the server's own error page, by status (`"404"`) or class
+    /// (`"5xx"`); read at load.
+    pub error_pages: Option<BTreeMap<String, Spanned<String>>>,
+    /// HTTP Basic authentication realm; `"off"` turns off what `[defaults]` set.
+    pub auth_basic: Option<Spanned<String>>,
+    /// The htpasswd file of users (bcrypt, MD5 `$apr1$`, SHA-256/512 crypt, `{SHA}`).
+    pub auth_basic_user_file: Option<Spanned<String>>,
 }

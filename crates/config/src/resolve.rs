@@ -12,7 +12,9 @@ use ramjet_observe::{AccessLogOptions, LogFormat, LogTarget};
 use toml::Spanned;
 
 use crate::error::{line_of, ConfigError};
+use crate::error_pages::ErrorPages;
 use crate::handler::Handler;
+use crate::protect::BasicAuth;
 use crate::raw::{RawConfig, RawListen, RawLocation, Workers};
 use crate::resolved::{
     FileCacheOptions, Limits, Location, RedirectOptions, Resolved, Timeouts, VHost,
@@ -197,6 +199,9 @@ struct Inherited<'a> {
     defaults: &'a RawLocation,
     upstreams: &'a [Upstream],
     max_body: u64,
+    /// `[defaults]`' error pages and authentication, loaded once and shared.
+    error_pages: Option<&'a Arc<ErrorPages>>,
+    auth: Option<&'a Arc<BasicAuth>>,
 }
 
 struct Resolver<'a> {
@@ -207,6 +212,8 @@ struct Resolver<'a> {
     errors: std::cell::RefCell<Vec<ConfigError>>,
     /// Upstreams that had errors: locations naming them add no error of their own.
     failed_upstreams: std::cell::RefCell<Vec<String>>,
+    /// htpasswd files read so far (locations naming the same file share it).
+    htpasswd: std::cell::RefCell<Vec<(PathBuf, Arc<ramjet_auth::Htpasswd>)>>,
 }
 
 impl<'a> Resolver<'a> {
@@ -217,6 +224,7 @@ impl<'a> Resolver<'a> {
             base,
             errors: Default::default(),
             failed_upstreams: Default::default(),
+            htpasswd: Default::default(),
         }
     }
 
@@ -383,10 +391,18 @@ impl<'a> Resolver<'a> {
             }
         }
         let defaults = raw.defaults.unwrap_or_default();
+        let error_pages = self
+            .keep(self.error_pages(defaults.error_pages.as_ref(), "defaults"))
+            .flatten();
+        let auth = self
+            .keep(self.auth(&defaults, &RawLocation::default(), "defaults", None))
+            .flatten();
         let inherited = Inherited {
             defaults: &defaults,
             upstreams: &upstreams,
             max_body: limits.max_body,
+            error_pages: error_pages.as_ref(),
+            auth: auth.as_ref(),
         };
         let mut next_id = 0;
         let mut vhosts = Vec::new();
@@ -453,6 +469,7 @@ impl<'a> Resolver<'a> {
             vhosts,
             default_vhost,
             upstreams,
+            error_pages,
         })
     }
 
@@ -512,6 +529,7 @@ impl<'a> Resolver<'a> {
             defaults,
             upstreams,
             max_body,
+            ..
         } = *inherited;
         let prefix = loc
             .path
@@ -563,6 +581,22 @@ impl<'a> Resolver<'a> {
             )
         })?
         .map(Box::new);
+        let error_pages = match loc.error_pages.is_some() {
+            true => self.error_pages(loc.error_pages.as_ref(), key),
+            false => Ok(inherited.error_pages.cloned()),
+        };
+        let auth = match loc.auth_basic.is_some() || loc.auth_basic_user_file.is_some() {
+            true => self.auth(defaults, loc, key, loc.path.as_ref().map(|p| p.span())),
+            false => Ok(inherited.auth.cloned()),
+        };
+        // Both are reported when both are wrong.
+        let (error_pages, auth) = match (error_pages, auth) {
+            (Err(a), Err(b)) => {
+                self.keep::<()>(Err(a));
+                return Err(b);
+            }
+            (e, a) => (e?, a?),
+        };
         Ok(Location {
             id,
             prefix,
@@ -573,7 +607,100 @@ impl<'a> Resolver<'a> {
             access,
             response_headers,
             redirect,
+            error_pages,
+            auth,
         })
+    }
+
+    /// Error pages from a table (`None`: no table, the server's own pages).
+    fn error_pages(
+        &self,
+        table: Option<&std::collections::BTreeMap<String, Spanned<String>>>,
+        key: &str,
+    ) -> Result<Option<Arc<ErrorPages>>, ConfigError> {
+        let Some(table) = table else {
+            return Ok(None);
+        };
+        let mut pages = ErrorPages::default();
+        for (status, file) in table {
+            let k = format!("{key}.error_pages.{status}");
+            let status = crate::error_pages::status_of(status)
+                .map_err(|m| self.err(Some(file.span()), &k, m))?;
+            let path = self.base.join(file.get_ref());
+            let page = crate::error_pages::load(status, &path)
+                .map_err(|m| self.err(Some(file.span()), &k, m))?;
+            pages.push(page);
+        }
+        Ok(Some(Arc::new(pages)))
+    }
+
+    /// Basic authentication from a location's keys over `[defaults]`' (a realm of "off"
+    /// turns it off); `None`: not protected.
+    fn auth(
+        &self,
+        d: &RawLocation,
+        l: &RawLocation,
+        key: &str,
+        at: Option<std::ops::Range<usize>>,
+    ) -> Result<Option<Arc<BasicAuth>>, ConfigError> {
+        let realm = l.auth_basic.as_ref().or(d.auth_basic.as_ref());
+        let file = l
+            .auth_basic_user_file
+            .as_ref()
+            .or(d.auth_basic_user_file.as_ref());
+        let (realm, file) = match (realm, file) {
+            (None, None) => return Ok(None),
+            (Some(r), _) if r.get_ref() == "off" => return Ok(None),
+            (Some(r), None) => {
+                return Err(self.err(
+                    Some(r.span()),
+                    &format!("{key}.auth_basic_user_file"),
+                    "missing: auth_basic needs the htpasswd file of its users".into(),
+                ))
+            }
+            (None, Some(f)) => {
+                return Err(self.err(
+                    Some(f.span()).or(at),
+                    &format!("{key}.auth_basic"),
+                    "missing: auth_basic_user_file needs a realm (auth_basic = \"Restricted\")"
+                        .into(),
+                ))
+            }
+            (Some(r), Some(f)) => (r, f),
+        };
+        let path = self.base.join(file.get_ref());
+        let cached = self
+            .htpasswd
+            .borrow()
+            .iter()
+            .find(|(p, _)| *p == path)
+            .map(|(_, h)| h.clone());
+        let users = match cached {
+            Some(h) => h,
+            None => {
+                let h = ramjet_auth::Htpasswd::load(&path).map_err(|e| {
+                    let at = e.line.map_or(String::new(), |n| format!(" (line {n})"));
+                    self.err(
+                        Some(file.span()),
+                        &format!("{key}.auth_basic_user_file"),
+                        format!("{}{at}", e.message),
+                    )
+                })?;
+                if h.is_empty() {
+                    return Err(self.err(
+                        Some(file.span()),
+                        &format!("{key}.auth_basic_user_file"),
+                        format!("{}: no users: nobody could log in", path.display()),
+                    ));
+                }
+                let h = Arc::new(h);
+                self.htpasswd.borrow_mut().push((path.clone(), h.clone()));
+                h
+            }
+        };
+        crate::protect::basic_auth(realm.get_ref(), &path, users)
+            .map(|a| Some(Arc::new(a)))
+            .map_err(|m| self.err(Some(realm.span()), &format!("{key}.auth_basic"), m))
     }
 
     /// A location's redirect target and status (not inherited: each says where it goes).

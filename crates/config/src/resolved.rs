@@ -31,6 +31,9 @@ pub struct Resolved {
     pub default_vhost: usize,
     /// `[upstream.NAME]` tables, sorted by name; locations refer to them by index.
     pub upstreams: Vec<Upstream>,
+    /// `[defaults]`' error pages, for errors before a location is known (bad requests,
+    /// no location).
+    pub error_pages: Option<std::sync::Arc<crate::ErrorPages>>,
 }
 
 /// Request limits.
@@ -99,6 +102,10 @@ pub struct Location {
     pub response_headers: Option<Box<crate::headers::ResponseHeaders>>,
     /// Present when `handlers` has `redirect`.
     pub redirect: Option<RedirectOptions>,
+    /// Pages in place of the server's own error pages; `None`: the server's.
+    pub error_pages: Option<std::sync::Arc<crate::ErrorPages>>,
+    /// Basic authentication; `None`: no check on the hot path.
+    pub auth: Option<std::sync::Arc<crate::BasicAuth>>,
 }
 
 /// Where a `redirect` location sends its clients.

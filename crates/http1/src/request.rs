@@ -72,6 +72,28 @@ impl RequestHead<'_> {
         let line = &raw[..end];
         line.strip_suffix(b"\r").unwrap_or(line)
     }
+
+    /// Every header field, `(name, value)` with the value trimmed, in order. The head was
+    /// validated by the parser; this walks it again, so it is for what the parser does not
+    /// pick out (a handler's own fields), not for the hot path.
+    pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.raw
+            .split(|&b| b == b'\n')
+            .skip_while(|l| l.is_empty() || *l == b"\r")
+            .skip(1)
+            .filter_map(|line| {
+                let line = line.strip_suffix(b"\r").unwrap_or(line);
+                let colon = line.iter().position(|&b| b == b':')?;
+                Some((&line[..colon], line[colon + 1..].trim_ascii()))
+            })
+    }
+
+    /// The first field named `name` (case-insensitive).
+    pub fn field(&self, name: &[u8]) -> Option<&[u8]> {
+        self.fields()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    }
 }
 
 /// Result of one parse attempt.

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use ramjet_config::ResponseHeaders;
 
 use crate::content::Content;
-use crate::error_page::error_response;
+use crate::error_page::{customise, error_response};
 use crate::outbox::Outbox;
 use crate::request_body::{Finished, RequestBody};
 use crate::response::{Body, Response, Tunnel};
@@ -205,7 +205,11 @@ impl Conn {
                     let started = self.read_at;
                     let (response, body, extra) =
                         match BodyDecoder::new(head.framing, config.limits.max_body_any) {
-                            Err(kind) => (error_response(kind.status()), Err(kind), None),
+                            Err(kind) => {
+                                let mut r = error_response(kind.status());
+                                customise(&mut r, config.error_pages.as_deref());
+                                (r, Err(kind), None)
+                            }
                             Ok(decoder) => {
                                 // 100 Continue only when no earlier response is still queued:
                                 // it must not overtake one.
@@ -361,7 +365,8 @@ impl Conn {
 
     /// Queue an error response for a request that could not be parsed, and close after it.
     fn fail<C: Content>(&mut self, w: &HttpWorker<C>, status: u16, version: Version) {
-        let response = error_response(status);
+        let mut response = error_response(status);
+        customise(&mut response, self.generation.config.error_pages.as_deref());
         let resp = self.out.begin();
         let framing = framing(&response, version);
         let mut date = w.date.borrow_mut();

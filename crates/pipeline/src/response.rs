@@ -13,6 +13,9 @@ use bytes::Bytes;
 #[derive(Debug)]
 pub struct Response {
     pub status: u16,
+    /// The body is the server's own error page: a configured error page may replace it
+    /// (a backend's or a module's error body is theirs and is passed on).
+    pub server_page: bool,
     /// Header lines shared with a cache entry (each `Name: value\r\n`), e.g. a pre-rendered
     /// Content-Type/ETag/Last-Modified block.
     pub shared_headers: Bytes,
@@ -134,6 +137,7 @@ impl Response {
     pub fn new(status: u16, body: Body) -> Response {
         Response {
             status,
+            server_page: false,
             shared_headers: Bytes::new(),
             headers: Vec::new(),
             body,

@@ -1,7 +1,8 @@
 //! The request stages, in order. This table is the one place the order is written down;
 //! `docs/ARCHITECTURE.md` mirrors it and a test keeps the two in step.
 
-use ramjet_config::{Location, Resolved, ResponseHeaders};
+use ramjet_auth::Check;
+use ramjet_config::{BasicAuth, ErrorPages, Location, Resolved, ResponseHeaders};
 use ramjet_http1::path::{self, CleanPath};
 use ramjet_http1::{ErrorKind, RequestHead};
 
@@ -10,7 +11,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 
 use crate::content::{Content, Outcome, Request};
-use crate::error_page::error_response;
+use crate::error_page::{customise, error_response};
 use crate::request_body::{Finished, RequestBody};
 use crate::response::Response;
 
@@ -37,7 +38,7 @@ pub const STAGES: [Stage; 9] = [
     },
     Stage {
         name: "admit",
-        may_end_with: "403",
+        may_end_with: "401 403",
     },
     Stage {
         name: "content",
@@ -86,47 +87,132 @@ pub(crate) fn respond<'r, C: Content>(
     body: RequestBody<'r>,
 ) -> Result<Answer<'r>, Pending<'r>> {
     let addrs = Addrs { client, listener };
+    let server_pages = config.error_pages.as_deref();
     // route
     let clean: CleanPath<'r> = match path::normalize(head.path) {
         Ok(c) => c,
-        Err(_) => return Ok((error_response(400), Ok(body.finish()), None)),
+        Err(_) => return Ok((refusal(400, server_pages), Ok(body.finish()), None)),
     };
     let Some(location) = config.route(head.host, &clean.path) else {
-        return Ok((error_response(404), Ok(body.finish()), None));
+        return Ok((refusal(404, server_pages), Ok(body.finish()), None));
     };
+    let pages = location.error_pages.as_deref();
     // The location's own body limit (the connection read up to the largest of them).
     if let Err(kind) = body.limit(location.max_body) {
-        return Ok((error_response(kind.status()), Err(kind), None));
+        return Ok((refusal(kind.status(), pages), Err(kind), None));
     }
     // admit: the location's client address rules (none: no check).
     if let Some(rules) = &location.access {
         if !rules.admits(client.ip()) {
-            return Ok((error_response(403), Ok(body.finish()), None));
+            return Ok((refusal(403, pages), Ok(body.finish()), None));
         }
     }
     // What the location adds to its successful responses (written with the head).
     let extra = location.response_headers.as_deref();
+    let work = Work {
+        head,
+        clean,
+        location,
+        config,
+        now,
+        addrs,
+    };
+    // admit: Basic authentication (none: no check). A slow hash is computed off the event
+    // loop, once per worker and credentials (`ramjet_auth::verified`).
+    if let Some(auth) = &location.auth {
+        match auth.users.check(head.field(b"authorization")) {
+            Check::Allowed => {}
+            Check::Denied => {
+                return Ok((unauthorized(auth, pages), Ok(body.finish()), None));
+            }
+            Check::Verify(job) => {
+                return Err(Box::pin(async move {
+                    let (job, ok) = match tokio::task::spawn_blocking(move || {
+                        let ok = job.run();
+                        (job, ok)
+                    })
+                    .await
+                    {
+                        Ok(r) => r,
+                        Err(_) => return (refusal(500, pages), Ok(body.finish()), None),
+                    };
+                    if !ok {
+                        return (unauthorized(auth, pages), Ok(body.finish()), None);
+                    }
+                    job.remember();
+                    let outcome = work.produce_waiting(content, &body).await;
+                    (work.finish(outcome), Ok(body.finish()), extra)
+                }));
+            }
+        }
+    }
     // Method policy is the producer's.
     // content: the fast path answers from the producer's cache; if it cannot, the work is
     // redone inside one boxed future that owns the normalised path and the body reader.
-    let immediate = content
-        .produce(&request(head, &clean, location, config, now, addrs, &body))
-        .ok();
+    let immediate = content.produce(&work.request(&body)).ok();
     match immediate {
-        Some(outcome) => Ok((finish(outcome, head), Ok(body.finish()), extra)),
+        Some(outcome) => Ok((work.finish(outcome), Ok(body.finish()), extra)),
         None => Err(Box::pin(async move {
-            let outcome = {
-                let req = request(head, &clean, location, config, now, addrs, &body);
-                // Bound, not the block's tail: the producer's future must end before `req`.
-                let outcome = match content.produce(&req) {
-                    Ok(o) => o,
-                    Err(later) => later.await,
-                };
-                outcome
-            };
-            (finish(outcome, head), Ok(body.finish()), extra)
+            let outcome = work.produce_waiting(content, &body).await;
+            (work.finish(outcome), Ok(body.finish()), extra)
         })),
     }
+}
+
+/// A routed request on its way through the content stage.
+struct Work<'r> {
+    head: &'r RequestHead<'r>,
+    clean: CleanPath<'r>,
+    location: &'r Location,
+    config: &'r Resolved,
+    now: tokio::time::Instant,
+    addrs: Addrs,
+}
+
+impl<'r> Work<'r> {
+    fn request<'a>(&'a self, body: &'a RequestBody<'a>) -> Request<'a> {
+        request(
+            self.head,
+            &self.clean,
+            self.location,
+            self.config,
+            self.now,
+            self.addrs,
+            body,
+        )
+    }
+
+    /// The content stage when the producer may wait (disk, a backend, the request body).
+    async fn produce_waiting<C: Content>(&self, content: &C, body: &RequestBody<'_>) -> Outcome {
+        let req = self.request(body);
+        // Bound, not the block's tail: the producer's future must end before `req`.
+        let outcome = match content.produce(&req) {
+            Ok(o) => o,
+            Err(later) => later.await,
+        };
+        outcome
+    }
+
+    fn finish(&self, outcome: Outcome) -> Response {
+        let mut r = finish(outcome, self.head);
+        customise(&mut r, self.location.error_pages.as_deref());
+        r
+    }
+}
+
+/// The server's error page for `status`, or the configured one.
+fn refusal(status: u16, pages: Option<&ErrorPages>) -> Response {
+    let mut r = error_response(status);
+    customise(&mut r, pages);
+    r
+}
+
+/// 401 with the location's challenge.
+fn unauthorized(auth: &BasicAuth, pages: Option<&ErrorPages>) -> Response {
+    let mut r = error_response(401);
+    r.headers.extend_from_slice(&auth.challenge);
+    customise(&mut r, pages);
+    r
 }
 
 /// The content stage's view of a routed request.

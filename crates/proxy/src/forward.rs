@@ -40,18 +40,6 @@ fn dropped(name: &[u8]) -> bool {
     NAMES.iter().any(|n| name.eq_ignore_ascii_case(n))
 }
 
-/// The header fields of a request head (validated by the parser): `(name, value)`.
-pub(crate) fn fields(raw: &[u8]) -> impl Iterator<Item = (&[u8], &[u8])> {
-    raw.split(|&b| b == b'\n')
-        .skip_while(|l| l.is_empty() || *l == b"\r")
-        .skip(1)
-        .filter_map(|line| {
-            let line = line.strip_suffix(b"\r").unwrap_or(line);
-            let colon = line.iter().position(|&b| b == b':')?;
-            Some((&line[..colon], line[colon + 1..].trim_ascii()))
-        })
-}
-
 fn tokens(v: &[u8]) -> impl Iterator<Item = &[u8]> {
     v.split(|&b| b == b',')
         .map(|t| t.trim_ascii())
@@ -70,7 +58,7 @@ pub(crate) fn head(
     // Fields named by Connection are hop-by-hop too (RFC 9110 §7.6.1).
     let mut listed: Vec<&[u8]> = Vec::new();
     let mut upgrade_value: Option<&[u8]> = None;
-    for (name, value) in fields(head.raw) {
+    for (name, value) in head.fields() {
         if name.eq_ignore_ascii_case(b"connection") {
             listed.extend(tokens(value));
         } else if name.eq_ignore_ascii_case(b"upgrade") {
@@ -94,7 +82,7 @@ pub(crate) fn head(
     let mut xff: Vec<&[u8]> = Vec::new();
     let mut fwd: Vec<&[u8]> = Vec::new();
     let mut via: Vec<&[u8]> = Vec::new();
-    for (name, value) in fields(head.raw) {
+    for (name, value) in head.fields() {
         if dropped(name) || listed.iter().any(|t| name.eq_ignore_ascii_case(t)) {
             continue;
         }
