@@ -13,6 +13,10 @@ pub enum Handler {
     Proxy,
     /// Answer with a redirect to the location's `redirect` target.
     Redirect,
+    /// The counters in Prometheus text format.
+    Metrics,
+    /// The status page (HTML, or JSON with `?json`).
+    Status,
 }
 
 impl Handler {
@@ -22,6 +26,8 @@ impl Handler {
             Handler::Static => "static",
             Handler::Proxy => "proxy",
             Handler::Redirect => "redirect",
+            Handler::Metrics => "metrics",
+            Handler::Status => "status",
         }
     }
 }

@@ -445,6 +445,12 @@ impl<'a> Resolver<'a> {
             .iter()
             .flat_map(|v| v.locations.iter().map(|l| l.max_body))
             .fold(limits.max_body, u64::max);
+        for v in &mut vhosts {
+            let host = v.names.first().map_or("*", String::as_str);
+            for l in &mut v.locations {
+                l.metrics = ramjet_observe::stats::location_slot(host, &l.prefix);
+            }
+        }
         let default_vhost = vhosts
             .iter()
             .position(|v| v.names.iter().any(|n| n == "*"))
@@ -609,6 +615,7 @@ impl<'a> Resolver<'a> {
             redirect,
             error_pages,
             auth,
+            metrics: 0,
         })
     }
 

@@ -106,6 +106,8 @@ pub struct Location {
     pub error_pages: Option<std::sync::Arc<crate::ErrorPages>>,
     /// Basic authentication; `None`: no check on the hot path.
     pub auth: Option<std::sync::Arc<crate::BasicAuth>>,
+    /// Its counters' slot (`observe::stats::location_slot`).
+    pub metrics: u16,
 }
 
 /// Where a `redirect` location sends its clients.

@@ -104,6 +104,8 @@ pub struct UpstreamServer {
     pub addr: UpstreamAddr,
     /// Relative share of requests (1..=1000).
     pub weight: u32,
+    /// Its counters' slot (`observe::stats::upstream_slot`).
+    pub metrics: u16,
 }
 
 /// A resolved `[upstream.NAME]`.
@@ -157,7 +159,11 @@ pub(crate) fn server(raw: &RawServer) -> Result<UpstreamServer, String> {
             format!("`{address}` is not address:port (e.g. \"127.0.0.1:8000\") or unix:/path")
         })?)
     };
-    Ok(UpstreamServer { addr, weight })
+    Ok(UpstreamServer {
+        addr,
+        weight,
+        metrics: 0,
+    })
 }
 
 /// Resolve one upstream table (`key` names it in errors).
@@ -165,7 +171,9 @@ pub(crate) fn resolve(name: &str, raw: &RawUpstream) -> Result<Upstream, (String
     let key = |k: &str| format!("upstream.{name}.{k}");
     let mut servers = Vec::new();
     for (i, s) in raw.servers.get_ref().iter().enumerate() {
-        servers.push(server(s).map_err(|m| (key(&format!("servers[{i}]")), m))?);
+        let mut s = server(s).map_err(|m| (key(&format!("servers[{i}]")), m))?;
+        s.metrics = ramjet_observe::stats::upstream_slot(name, &s.addr.to_string());
+        servers.push(s);
     }
     if servers.is_empty() {
         return Err((key("servers"), "needs at least one server".into()));

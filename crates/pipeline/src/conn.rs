@@ -10,6 +10,7 @@ use ramjet_http1::{
     parse_proxy_header, parse_request_head, BodyDecoder, Method, Parse, ProxyParse, RequestHead,
     Version,
 };
+use ramjet_observe::stats::{Download, Entered, Waiting, DOWNLOAD_BYTES};
 use ramjet_observe::Entry;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -46,6 +47,8 @@ pub(crate) struct Pending {
     started: Instant,
     unix_secs: u64,
     upstream: Option<Box<ramjet_observe::UpstreamLog>>,
+    /// The location's counters slot (0: none was found).
+    slot: u16,
 }
 
 /// What the pipeline still has to do after a request's response is queued.
@@ -203,7 +206,7 @@ impl Conn {
                 }
                 Parse::Complete(head) => {
                     let started = self.read_at;
-                    let (response, body, extra) =
+                    let (response, body, location) =
                         match BodyDecoder::new(head.framing, config.limits.max_body_any) {
                             Err(kind) => {
                                 let mut r = error_response(kind.status());
@@ -238,9 +241,11 @@ impl Conn {
                         .as_mut()
                         .and_then(|e| e.upstream.take())
                         .map(Box::new);
+                    let extra = location.and_then(|l| l.response_headers.as_deref());
                     let (unix_secs, keep) = queue(w, &mut self.out, response, &head, keep, extra);
                     let mut pending = self.pending_of(&head, status, started, unix_secs);
                     pending.upstream = upstream;
+                    pending.slot = location.map_or(0, |l| l.metrics);
                     self.pending.push(pending);
                     Answered {
                         head_len: head.head_len(),
@@ -360,6 +365,7 @@ impl Conn {
             started,
             unix_secs,
             upstream: None,
+            slot: 0,
         }
     }
 
@@ -385,6 +391,7 @@ impl Conn {
             started: Instant::now(),
             unix_secs,
             upstream: None,
+            slot: 0,
         });
         self.state = State::Lingering;
     }
@@ -428,10 +435,16 @@ impl Conn {
         if self.out.is_empty() {
             return true;
         }
-        let result = self
-            .out
-            .flush(&self.stream, self.generation.config.timeouts.send)
-            .await;
+        let _writing = Entered::new(w.stats.waiting(Waiting::Writing));
+        let result = if self.out.file_bytes() < DOWNLOAD_BYTES {
+            self.out
+                .flush(&self.stream, self.generation.config.timeouts.send, None)
+                .await
+        } else {
+            // Boxed: large downloads are few, and their record stays out of every
+            // connection's state.
+            Box::pin(self.flush_download(w)).await
+        };
         self.log(w);
         match result {
             Ok(()) => true,
@@ -442,7 +455,38 @@ impl Conn {
         }
     }
 
+    /// Write a batch holding a large file, listed among the worker's downloads meanwhile.
+    async fn flush_download<C: Content>(
+        &mut self,
+        w: &HttpWorker<C>,
+    ) -> Result<(), crate::outbox::WriteError> {
+        let request = self
+            .pending
+            .last()
+            .map_or(&[][..], |p| &self.buf[p.line.clone()]);
+        let request = &request[..request.len().min(200)];
+        let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let _listed = w.stats.download(Download {
+            client: self.peer,
+            request: String::from_utf8_lossy(request).into_owned(),
+            started: Instant::now().into_std(),
+            total: self.out.file_bytes(),
+            sent: sent.clone(),
+        });
+        self.out
+            .flush(
+                &self.stream,
+                self.generation.config.timeouts.send,
+                Some(&sent),
+            )
+            .await
+    }
+
     fn log<C: Content>(&mut self, w: &HttpWorker<C>) {
+        for (i, p) in self.pending.iter().enumerate() {
+            let bytes = self.out.body_written.get(i).copied().unwrap_or(0);
+            w.stats.request(p.slot, p.status, bytes);
+        }
         let mut log = w.log.borrow_mut();
         if !log.enabled() {
             self.pending.clear();
@@ -483,6 +527,10 @@ impl Conn {
             self.release(w);
         }
         let max = self.generation.config.limits.http1.max_head + READ_BUFFER;
+        let _waiting = Entered::new(w.stats.waiting(match self.state {
+            State::Idle => Waiting::Idle,
+            _ => Waiting::Reading,
+        }));
         loop {
             if idle {
                 let notified = w.shutdown.notified();
@@ -791,7 +839,8 @@ mod state_size {
             let config = ramjet_config::for_directory(&std::env::temp_dir(), &[], false).unwrap();
             let access_log = ramjet_observe::AccessLog::open(&config.access_log).unwrap();
             let generation = std::sync::Arc::new(crate::Generation { config, access_log });
-            let worker = crate::HttpWorker::new(generation, Nothing, std::sync::Arc::from([addr]));
+            let worker =
+                crate::HttpWorker::new(0, generation, Nothing, std::sync::Arc::from([addr]));
             let future = super::run(&worker, stream, addr, 0);
             let size = std::mem::size_of_val(&future);
             assert!(

@@ -5,6 +5,7 @@
 use std::fs::File;
 use std::future::Future;
 use std::io::{self, IoSlice};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,6 +108,17 @@ impl Outbox {
         self.responses
     }
 
+    /// File bytes queued in this batch (a large total is a download the status page lists).
+    pub(crate) fn file_bytes(&self) -> u64 {
+        self.segs
+            .iter()
+            .map(|s| match s {
+                Seg::File { len, .. } => *len,
+                _ => 0,
+            })
+            .sum()
+    }
+
     /// Bytes held in memory by this batch (to bound pipelining).
     pub(crate) fn buffered(&self) -> usize {
         self.mem.len() + self.shared
@@ -204,14 +216,16 @@ impl Outbox {
 
     /// Write everything queued. On success the outbox is empty and `body_written` holds
     /// each response's body bytes; on error `body_written` says how far each one got.
+    /// `progress`, when given, follows the file bytes sent (for the status page).
     pub(crate) async fn flush<S: Sink>(
         &mut self,
         sink: &S,
         send_timeout: Duration,
+        progress: Option<&AtomicU64>,
     ) -> Result<(), WriteError> {
         self.body_written.clear();
         self.body_written.resize(self.responses as usize, 0);
-        let result = self.write_all(sink, send_timeout).await;
+        let result = self.write_all(sink, send_timeout, progress).await;
         self.mem.clear();
         self.segs.clear();
         self.responses = 0;
@@ -226,6 +240,7 @@ impl Outbox {
         &mut self,
         sink: &S,
         send_timeout: Duration,
+        progress: Option<&AtomicU64>,
     ) -> Result<(), WriteError> {
         let mut at = Cursor::default();
         while let Some(seg) = self.segs.get_mut(at.seg) {
@@ -264,6 +279,7 @@ impl Outbox {
                     len,
                     send_timeout,
                     &mut self.body_written[resp as usize],
+                    progress,
                 ))
                 .await?;
                 at.seg += 1;
@@ -398,6 +414,7 @@ async fn send_file<S: Sink>(
     len: u64,
     send_timeout: Duration,
     written: &mut u64,
+    progress: Option<&AtomicU64>,
 ) -> Result<(), WriteError> {
     let mut sent = 0u64;
     while sent < len {
@@ -407,7 +424,7 @@ async fn send_file<S: Sink>(
             let f = file.clone();
             let window = (len - sent).min(WARM_WINDOW);
             let warmed =
-                tokio::task::spawn_blocking(move || sys::blocking_warm(&f, pos, window)).await;
+                ramjet_observe::stats::blocking(move || sys::blocking_warm(&f, pos, window)).await;
             match warmed {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(WriteError::Io(e)),
@@ -424,6 +441,9 @@ async fn send_file<S: Sink>(
             Ok(k) => {
                 sent += k as u64;
                 *written += k as u64;
+                if let Some(p) = progress {
+                    p.fetch_add(k as u64, std::sync::atomic::Ordering::Relaxed);
+                }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 sink.writable(send_timeout).await?;

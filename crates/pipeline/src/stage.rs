@@ -2,7 +2,7 @@
 //! `docs/ARCHITECTURE.md` mirrors it and a test keeps the two in step.
 
 use ramjet_auth::Check;
-use ramjet_config::{BasicAuth, ErrorPages, Location, Resolved, ResponseHeaders};
+use ramjet_config::{BasicAuth, ErrorPages, Location, Resolved};
 use ramjet_http1::path::{self, CleanPath};
 use ramjet_http1::{ErrorKind, RequestHead};
 
@@ -62,12 +62,13 @@ pub const STAGES: [Stage; 9] = [
     },
 ];
 
-/// A response, and how far its producer read the request body (`None`: it had none), or
-/// why the body is refused (413 for the location's limit: the connection closes).
+/// A response, how far its producer read the request body (`None`: it had none) or why
+/// the body is refused (413 for the location's limit: the connection closes), and the
+/// location that answered (`None`: none was found), whose headers the write stage adds.
 pub(crate) type Answer<'r> = (
     Response,
     Result<Option<Finished>, ErrorKind>,
-    Option<&'r ResponseHeaders>,
+    Option<&'r Location>,
 );
 
 /// An answer that needs more work first (the content stage's slow path).
@@ -99,16 +100,16 @@ pub(crate) fn respond<'r, C: Content>(
     let pages = location.error_pages.as_deref();
     // The location's own body limit (the connection read up to the largest of them).
     if let Err(kind) = body.limit(location.max_body) {
-        return Ok((refusal(kind.status(), pages), Err(kind), None));
+        return Ok((refusal(kind.status(), pages), Err(kind), Some(location)));
     }
     // admit: the location's client address rules (none: no check).
     if let Some(rules) = &location.access {
         if !rules.admits(client.ip()) {
-            return Ok((refusal(403, pages), Ok(body.finish()), None));
+            return Ok((refusal(403, pages), Ok(body.finish()), Some(location)));
         }
     }
-    // What the location adds to its successful responses (written with the head).
-    let extra = location.response_headers.as_deref();
+    // The location's headers are added to its successful responses by the write stage.
+    let extra = Some(location);
     let work = Work {
         head,
         clean,
@@ -123,21 +124,21 @@ pub(crate) fn respond<'r, C: Content>(
         match auth.users.check(head.field(b"authorization")) {
             Check::Allowed => {}
             Check::Denied => {
-                return Ok((unauthorized(auth, pages), Ok(body.finish()), None));
+                return Ok((unauthorized(auth, pages), Ok(body.finish()), extra));
             }
             Check::Verify(job) => {
                 return Err(Box::pin(async move {
-                    let (job, ok) = match tokio::task::spawn_blocking(move || {
+                    let (job, ok) = match ramjet_observe::stats::blocking(move || {
                         let ok = job.run();
                         (job, ok)
                     })
                     .await
                     {
                         Ok(r) => r,
-                        Err(_) => return (refusal(500, pages), Ok(body.finish()), None),
+                        Err(_) => return (refusal(500, pages), Ok(body.finish()), extra),
                     };
                     if !ok {
-                        return (unauthorized(auth, pages), Ok(body.finish()), None);
+                        return (unauthorized(auth, pages), Ok(body.finish()), extra);
                     }
                     job.remember();
                     let outcome = work.produce_waiting(content, &body).await;

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use ramjet_observe::stats::WorkerStats;
 use ramjet_observe::{AccessLog, LogBuffer};
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
@@ -41,17 +42,22 @@ pub struct HttpWorker<C: Content> {
     pub(crate) shutdown: Notify,
     buffers: RefCell<Vec<Vec<u8>>>,
     batches: RefCell<Vec<(Outbox, Vec<Pending>)>>,
+    /// This worker's counters (`/metrics`, the status page).
+    pub(crate) stats: &'static WorkerStats,
 }
 
 impl<C: Content> HttpWorker<C> {
     /// `listeners`: the bound addresses, in the runtime's order (a connection's listener
     /// index points into it).
+    /// Call on the worker's own thread: `index` names its counters.
     pub fn new(
+        index: usize,
         generation: Arc<Generation>,
         content: C,
         listeners: Arc<[SocketAddr]>,
     ) -> HttpWorker<C> {
         HttpWorker {
+            stats: ramjet_observe::stats::register_worker(index),
             content,
             listeners,
             log: RefCell::new(LogBuffer::new(generation.access_log.clone())),
@@ -120,12 +126,13 @@ impl<C: Content> HttpWorker<C> {
 /// Batch storage larger than this (after a big pipelined burst) is freed, not pooled.
 const MAX_POOLED_BATCH: usize = 16 * 1024;
 
-/// Decrements the open-connection count when a connection task ends, however it ends.
-struct OpenGuard<'a>(&'a Cell<usize>);
+/// Decrements the open-connection counts when a connection task ends, however it ends.
+struct OpenGuard<'a>(&'a Cell<usize>, &'static WorkerStats);
 
 impl Drop for OpenGuard<'_> {
     fn drop(&mut self) {
         self.0.set(self.0.get() - 1);
+        self.1.open.sub(1);
     }
 }
 
@@ -138,7 +145,9 @@ impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
             return;
         }
         self.open.set(self.open.get() + 1);
-        let _guard = OpenGuard(&self.open);
+        self.stats.accepted.add(1);
+        self.stats.open.add(1);
+        let _guard = OpenGuard(&self.open, self.stats);
         crate::conn::run(&self, stream, peer, listener as u16).await;
     }
 
@@ -155,6 +164,9 @@ impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
 
     fn tick(&self) {
         self.log.borrow_mut().flush();
+        if self.stats.worker == 0 {
+            ramjet_observe::stats::registry().sample();
+        }
         let current = self.current();
         self.content.on_tick(&current.config);
     }

@@ -136,6 +136,7 @@ mod tests {
             .map(|(i, &weight)| UpstreamServer {
                 addr: UpstreamAddr::Tcp(([127, 0, 0, 1], 8000 + i as u16).into()),
                 weight,
+                metrics: 0,
             })
             .collect();
         u

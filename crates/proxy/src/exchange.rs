@@ -205,6 +205,9 @@ pub(crate) async fn forward(
         let failure = match attempt.await {
             Ok((io, parsed, at, interim)) => {
                 mark(&state, server, true);
+                if let Some(c) = crate::handler::counts(&state, server) {
+                    c.header_micros.add(now.elapsed().as_micros() as u64);
+                }
                 let status = parsed.status;
                 let rest = &buffers.read[at..];
                 let mut response = answer(io, parsed, rest, &upstream, flight, now);
@@ -272,6 +275,10 @@ fn upstream_failure(u: &Upstream, server: usize, kind: FailKind, why: String) ->
 /// upstream of one server is never marked down by failures (as nginx does): there is no
 /// other to send the traffic to, and refusing it would only add 502s.
 fn mark(state: &UpstreamState, server: usize, ok: bool) {
+    if let Some(c) = crate::handler::counts(state, server) {
+        c.requests.add(1);
+        c.failures.add(u64::from(!ok));
+    }
     let u = &state.config;
     if u.servers.len() == 1 {
         return;

@@ -110,6 +110,9 @@ impl InFlight {
         if let Some(s) = state.servers.borrow_mut().get_mut(server) {
             s.in_flight += 1;
         }
+        if let Some(c) = counts(state, server) {
+            c.in_flight.add(1);
+        }
         InFlight {
             state: state.clone(),
             server,
@@ -122,7 +125,19 @@ impl Drop for InFlight {
         if let Some(s) = self.state.servers.borrow_mut().get_mut(self.server) {
             s.in_flight = s.in_flight.saturating_sub(1);
         }
+        if let Some(c) = counts(&self.state, self.server) {
+            c.in_flight.sub(1);
+        }
     }
+}
+
+/// This worker's counters of a server (`/metrics`).
+pub(crate) fn counts(
+    state: &UpstreamState,
+    server: usize,
+) -> Option<&'static ramjet_observe::stats::UpstreamCounts> {
+    let slot = state.config.servers.get(server)?.metrics;
+    ramjet_observe::stats::local().upstream(slot)
 }
 
 /// The reverse proxy, one per worker.

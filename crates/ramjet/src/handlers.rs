@@ -12,12 +12,15 @@ use ramjet_pipeline::{Content, Later, Outcome, Request};
 use ramjet_proxy::Proxy;
 use ramjet_redirect::Redirect;
 use ramjet_static_files::StaticFiles;
+use ramjet_status::{Metrics, Status};
 
 /// One worker's handlers.
 pub struct Handlers {
     statics: StaticFiles,
     proxy: Proxy,
     redirect: Redirect,
+    metrics: Metrics,
+    status: Status,
 }
 
 impl Handlers {
@@ -26,6 +29,8 @@ impl Handlers {
             statics: StaticFiles::new(),
             proxy: Proxy::new(),
             redirect: Redirect::new(),
+            metrics: Metrics,
+            status: Status,
         }
     }
 
@@ -35,6 +40,8 @@ impl Handlers {
             Handler::Static => self.statics.produce(req),
             Handler::Proxy => self.proxy.produce(req),
             Handler::Redirect => self.redirect.produce(req),
+            Handler::Metrics => self.metrics.produce(req),
+            Handler::Status => self.status.produce(req),
         }
     }
 

@@ -165,7 +165,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         current.clone(),
         {
             let bound: Arc<[SocketAddr]> = addrs.clone().into();
-            move |_, generation| HttpWorker::new(generation, content(), bound.clone())
+            move |index, generation| HttpWorker::new(index, generation, content(), bound.clone())
         },
     )?;
     let plural = if workers == 1 { "" } else { "s" };

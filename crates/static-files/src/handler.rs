@@ -134,7 +134,7 @@ impl StaticFiles {
         tokio::task::spawn_local(async move {
             let rel = path.clone();
             let prev = old.stat;
-            let loaded = tokio::task::spawn_blocking(move || {
+            let loaded = ramjet_observe::stats::blocking(move || {
                 if let Some(w) = watcher {
                     w.blocking_watch_parent(&root, location, &rel);
                 }
@@ -292,6 +292,7 @@ impl StaticFiles {
 
     /// The slow path: load what is missing on the blocking pool, then answer.
     async fn serve_slow(&self, req: &Request<'_>, s: &StaticOptions) -> Outcome {
+        ramjet_observe::stats::local().cache_misses.add(1);
         for _ in 0..MAX_LOADS {
             match self.try_serve(req, s) {
                 Ok(r) => return r,
@@ -338,7 +339,7 @@ impl StaticFiles {
         let (watcher, started) = (self.watcher(req), self.epoch.get());
         let id = location.id;
         let path = rel.to_vec();
-        let loaded = tokio::task::spawn_blocking(move || {
+        let loaded = ramjet_observe::stats::blocking(move || {
             if let Some(w) = watcher {
                 w.blocking_watch_parent(&root, id, &path);
             }
@@ -426,8 +427,13 @@ impl Content for StaticFiles {
                 self.epoch.set(self.epoch.get() + 1);
             }
         }
+        // Counted once per request: a hit is answered from the cache without waiting, a
+        // miss when the slow path runs (the pipeline may ask twice before it waits).
         match self.try_serve(req, s) {
-            Ok(outcome) => Ok(outcome),
+            Ok(outcome) => {
+                ramjet_observe::stats::local().cache_hits.add(1);
+                Ok(outcome)
+            }
             Err(_) => Err(Box::pin(self.serve_slow(req, s))),
         }
     }

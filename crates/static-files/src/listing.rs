@@ -149,7 +149,7 @@ pub(crate) async fn respond(req: &Request<'_>, dir: &Entry, options: Options) ->
     };
     let dir_mtime = dir.mtime;
     let display = req.path.to_vec();
-    let rendered = tokio::task::spawn_blocking(move || {
+    let rendered = ramjet_observe::stats::blocking(move || {
         let rows = autoindex::read(&file, options)?;
         let newest = rows.iter().map(|r| r.mtime).fold(dir_mtime, u64::max);
         let body = match format {

@@ -293,7 +293,7 @@ fn flush(resps: &[Resp], seed: u64, zeros: bool, errors: bool) {
         .enable_all()
         .build()
         .unwrap();
-    let result = rt.block_on(out.flush(&sink, Duration::from_secs(1)));
+    let result = rt.block_on(out.flush(&sink, Duration::from_secs(1), None));
     let wrote = sink.out.into_inner();
     assert!(
         expect.starts_with(&wrote),
@@ -361,7 +361,7 @@ fn empty_bodies_issue_no_writes_of_their_own() {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(out.flush(&sink, Duration::from_secs(1)))
+    rt.block_on(out.flush(&sink, Duration::from_secs(1), None))
         .unwrap();
     assert_eq!(sink.out.into_inner().len(), 3 * 19);
     assert_eq!(out.body_written, vec![0, 0, 0]);

@@ -11,6 +11,7 @@ mod docs;
 mod edges;
 mod files;
 mod lifecycle;
+mod observe;
 mod protect;
 mod proxy;
 mod proxy_real;

@@ -1,0 +1,222 @@
+//! `/metrics` read by Prometheus' own text-format parser, and the status page.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+
+use ramjet_testkit::{Backend, Flow, Server};
+use serde_json::Value;
+
+/// Samples of a scrape as Prometheus' Python parser reads them: (name, labels, value).
+fn scrape(s: &Server, path: &str) -> Vec<(String, Value, f64)> {
+    let (ok, text) = crate::curl(&[&s.url(path)]);
+    assert!(ok);
+    let mut py = Command::new("python3")
+        .args([
+            "-c",
+            "import sys, json\n\
+             from prometheus_client.parser import text_string_to_metric_families as parse\n\
+             print(json.dumps([[x.name, x.labels, x.value] for f in parse(sys.stdin.read()) for x in f.samples]))",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    py.stdin.take().unwrap().write_all(&text).unwrap();
+    let out = py.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the Prometheus parser refused the scrape: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&text)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            (
+                x[0].as_str().unwrap().to_string(),
+                x[1].clone(),
+                x[2].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The value of `name` with these labels (all given must match), summed over the rest.
+fn value(samples: &[(String, Value, f64)], name: &str, labels: &[(&str, &str)]) -> f64 {
+    samples
+        .iter()
+        .filter(|(n, l, _)| n == name && labels.iter().all(|(k, v)| l[*k] == *v))
+        .map(|(_, _, v)| v)
+        .sum()
+}
+
+#[test]
+fn metrics_are_counted_per_location_and_class_and_parse_as_prometheus() {
+    let backend = Backend::start(|x| {
+        x.ok(b"from the backend");
+        Flow::Keep
+    });
+    let dir = Server::dir();
+    std::fs::create_dir_all(dir.path().join("root")).unwrap();
+    std::fs::write(dir.path().join("root/a.txt"), "hello").unwrap();
+    let s = Server::start(
+        crate::BIN,
+        dir,
+        &format!(
+            "workers = 2\n\
+             [upstream.app]\nservers = [\"{}\"]\n\
+             [upstream.\"gone \\\"q\\\"\"]\nservers = [\"127.0.0.1:1\"]\n\
+             [[location]]\nroot = \"root\"\n\
+             [[location]]\npath = \"/app/\"\nproxy = \"app\"\n\
+             [[location]]\npath = \"/down/\"\nproxy = \"gone \\\"q\\\"\"\n\
+             [[location]]\npath = \"/metrics\"\nhandlers = [\"metrics\"]\nallow = [\"127.0.0.1\"]\n",
+            backend.addr
+        ),
+    );
+    for _ in 0..3 {
+        assert_eq!(s.get("/a.txt").status, 200);
+    }
+    for _ in 0..2 {
+        assert_eq!(s.get("/missing").status, 404);
+    }
+    assert_eq!(s.get("/app/x").text(), "from the backend");
+    assert_eq!(s.get("/down/x").status, 502);
+    // Counted when logged, just after the bytes are written: poll.
+    let m = crate::poll_until(|| {
+        let m = scrape(&s, "/metrics");
+        let twos = value(
+            &m,
+            "ramjet_requests_total",
+            &[("location", "/"), ("class", "2xx")],
+        );
+        let proxied = value(
+            &m,
+            "ramjet_requests_total",
+            &[("location", "/down/"), ("class", "5xx")],
+        );
+        (twos == 3.0 && proxied == 1.0).then_some(m)
+    });
+    let req = |loc: &str, class: &str| {
+        value(
+            &m,
+            "ramjet_requests_total",
+            &[("host", "*"), ("location", loc), ("class", class)],
+        )
+    };
+    assert_eq!(req("/", "4xx"), 2.0);
+    assert_eq!(req("/app/", "2xx"), 1.0);
+    assert_eq!(
+        value(&m, "ramjet_worker_requests_total", &[]),
+        7.0 + req("/metrics", "2xx")
+    );
+    assert_eq!(
+        value(&m, "ramjet_file_cache_hits_total", &[])
+            + value(&m, "ramjet_file_cache_misses_total", &[]),
+        5.0
+    );
+    assert!(value(&m, "ramjet_response_body_bytes_total", &[]) >= 15.0 + 16.0);
+    assert!(value(&m, "ramjet_connections_accepted_total", &[]) >= 7.0);
+    // This scrape's own connection is open and being answered.
+    assert!(value(&m, "ramjet_connections", &[]) >= 1.0);
+    assert_eq!(value(&m, "ramjet_up", &[]), 1.0);
+    let server = backend.addr.to_string();
+    assert_eq!(
+        value(
+            &m,
+            "ramjet_upstream_requests_total",
+            &[("upstream", "app"), ("server", &server)]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(&m, "ramjet_upstream_failures_total", &[("upstream", "app")]),
+        0.0
+    );
+    // A label value with quotes, escaped and read back.
+    assert!(
+        value(
+            &m,
+            "ramjet_upstream_failures_total",
+            &[("upstream", "gone \"q\"")]
+        ) >= 1.0
+    );
+    // Protected: another address gets 403.
+    let (ok, code) = crate::curl(&[
+        "--interface",
+        "127.0.0.2",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &s.url("/metrics"),
+    ]);
+    assert!(ok);
+    assert_eq!(code, b"403");
+    s.assert_clean_log(&["502", "127.0.0.1:1"]);
+}
+
+#[test]
+fn the_status_page_lists_slow_downloads_and_connection_states() {
+    let dir = Server::dir();
+    std::fs::create_dir_all(dir.path().join("root")).unwrap();
+    std::fs::write(dir.path().join("root/big.bin"), crate::bytes(8 << 20, 7)).unwrap();
+    std::fs::write(dir.path().join("root/small.txt"), "s").unwrap();
+    let s = Server::start(
+        crate::BIN,
+        dir,
+        "[limits]\nsend_buffer = \"8k\"\n[[location]]\nroot = \"root\"\n[[location]]\npath = \"/server-status\"\nhandlers = [\"status\"]\n",
+    );
+    // A client that asks for 8 MiB and does not read: the download stays in progress.
+    let mut slow = std::net::TcpStream::connect(s.addr).unwrap();
+    slow.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 1];
+    slow.read_exact(&mut first).unwrap();
+    // A keep-alive connection left idle after one request.
+    let mut idle = s.client();
+    idle.send(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(idle.response(false).text(), "s");
+    let status = crate::poll_until(|| {
+        let (ok, body) = crate::curl(&[&s.url("/server-status?json")]);
+        assert!(ok);
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        (v["downloads_in_progress"] == 1 && v["connections"]["idle"].as_u64() >= Some(1))
+            .then_some(v)
+    });
+    let d = &status["downloads"][0];
+    assert_eq!(d["request"], "GET /big.bin HTTP/1.1");
+    assert!(d["client"].as_str().unwrap().starts_with("127.0.0.1:"));
+    assert_eq!(d["total"], 8 << 20);
+    assert!(d["sent"].as_u64().unwrap() < 8 << 20);
+    assert!(status["connections"]["writing"].as_u64() >= Some(1));
+    assert!(status["uptime"].as_f64().unwrap() > 0.0);
+    // The HTML page says the same to a person.
+    let (ok, html) = crate::curl(&[&s.url("/server-status")]);
+    assert!(ok);
+    let html = String::from_utf8(html).unwrap();
+    assert!(html.contains("Downloads in progress: 1"), "{html}");
+    assert!(html.contains("GET /big.bin HTTP/1.1"));
+    assert!(html.contains("<h2>Connections</h2>"));
+    // The client goes away: the download leaves the list.
+    drop(slow);
+    crate::poll_until(|| {
+        let (_, body) = crate::curl(&[&s.url("/server-status?json")]);
+        let v: Value = serde_json::from_slice(&body).ok()?;
+        (v["downloads_in_progress"] == 0).then_some(())
+    });
+    // Only GET and HEAD.
+    let (_, code) = crate::curl(&[
+        "-X",
+        "POST",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        &s.url("/server-status"),
+    ]);
+    assert_eq!(code, b"405");
+    s.assert_clean_log(&[]);
+}

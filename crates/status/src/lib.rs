@@ -1,0 +1,76 @@
+//! What the server is doing, for people and for Prometheus: the `metrics` handler answers
+//! with every counter in the Prometheus text format (version 0.0.4), the `status` handler
+//! with a page like Apache's server-status and lighttpd's mod_status (HTML, or JSON for
+//! `?json` or `Accept: application/json`). Both read [`ramjet_observe::stats`]: every
+//! worker's counters, added up at the request, so requests themselves take no lock.
+//! Mount them on a location protected with `allow`/`deny` or `auth_basic`.
+#![forbid(unsafe_code)]
+
+mod page;
+mod prometheus;
+mod snapshot;
+
+use bytes::Bytes;
+use ramjet_http1::Method;
+use ramjet_pipeline::{error_response, Body, Content, Later, Outcome, Request, Response};
+
+pub use snapshot::Snapshot;
+
+/// The `metrics` handler.
+#[derive(Debug, Default)]
+pub struct Metrics;
+
+/// The `status` handler.
+#[derive(Debug, Default)]
+pub struct Status;
+
+/// GET and HEAD only (405 with `Allow` otherwise).
+fn readable(req: &Request<'_>) -> Option<Outcome> {
+    match req.head.method {
+        Method::Get | Method::Head => None,
+        Method::Other => Some(Outcome::Respond(error_response(501))),
+        _ => Some(Outcome::Respond(error_response(405))),
+    }
+}
+
+fn answer(content_type: &str, body: Vec<u8>) -> Outcome {
+    Outcome::Respond(
+        Response::new(200, Body::Bytes(Bytes::from(body)))
+            .header("Content-Type", content_type.as_bytes())
+            .header("Cache-Control", b"no-store"),
+    )
+}
+
+impl Content for Metrics {
+    fn produce<'r>(&'r self, req: &'r Request<'r>) -> Result<Outcome, Later<'r>> {
+        if let Some(refused) = readable(req) {
+            return Ok(refused);
+        }
+        let text = prometheus::render(&Snapshot::take());
+        Ok(answer(
+            "text/plain; version=0.0.4; charset=utf-8",
+            text.into_bytes(),
+        ))
+    }
+}
+
+impl Content for Status {
+    fn produce<'r>(&'r self, req: &'r Request<'r>) -> Result<Outcome, Later<'r>> {
+        if let Some(refused) = readable(req) {
+            return Ok(refused);
+        }
+        let json = req
+            .query
+            .is_some_and(|q| q.split('&').any(|p| p == "json" || p == "format=json"))
+            || req
+                .head
+                .accept
+                .is_some_and(|a| a.trim_ascii_start().starts_with(b"application/json"));
+        let snap = Snapshot::take();
+        Ok(if json {
+            answer("application/json", page::json(&snap))
+        } else {
+            answer("text/html; charset=utf-8", page::html(&snap).into_bytes())
+        })
+    }
+}

@@ -1,0 +1,169 @@
+//! The status page: HTML for a person, JSON for a script.
+
+use std::fmt::Write;
+
+use crate::snapshot::Snapshot;
+
+pub(crate) fn json(s: &Snapshot) -> Vec<u8> {
+    let mut v = serde_json::to_vec_pretty(s).unwrap_or_default();
+    v.push(b'\n');
+    v
+}
+
+fn escape(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '&' => o.push_str("&amp;"),
+            '"' => o.push_str("&quot;"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+/// Bytes with a binary unit (`1.5 MiB`).
+fn bytes(n: f64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < units.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v:.0} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+fn uptime(secs: f64) -> String {
+    let s = secs as u64;
+    let (d, h, m, s) = (s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
+    if d > 0 {
+        format!("{d} d {h} h {m} min")
+    } else if h > 0 {
+        format!("{h} h {m} min {s} s")
+    } else {
+        format!("{m} min {s} s")
+    }
+}
+
+pub(crate) fn html(s: &Snapshot) -> String {
+    let mut o = String::with_capacity(8192);
+    let up = s.uptime.max(1e-3);
+    let started =
+        httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(s.started));
+    let _ = write!(
+        o,
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>ramjet status</title>\
+         <style>body{{font-family:sans-serif}}td,th{{padding:2px 10px;text-align:right}}\
+         td:first-child,th:first-child{{text-align:left}}</style></head><body>\n\
+         <h1>ramjet {} status</h1>\n<p>Started {started}; up {}.</p>\n",
+        s.version,
+        uptime(s.uptime)
+    );
+    let _ = write!(
+        o,
+        "<table>\n<tr><th>requests</th><td>{}</td><td>{:.1}/s</td></tr>\n\
+         <tr><th>body bytes sent</th><td>{}</td><td>{}/s</td></tr>\n\
+         <tr><th>last {:.0} s</th><td>{:.1} requests/s</td><td>{}/s</td></tr>\n\
+         <tr><th>file cache hits / misses</th><td>{}</td><td>{}</td></tr>\n\
+         <tr><th>blocking jobs now / total</th><td>{}</td><td>{}</td></tr>\n</table>\n",
+        s.requests,
+        s.requests as f64 / up,
+        bytes(s.body_bytes as f64),
+        bytes(s.body_bytes as f64 / up),
+        s.recent.map_or(0.0, |r| r.seconds),
+        s.recent.map_or(0.0, |r| r.requests_per_second),
+        bytes(s.recent.map_or(0.0, |r| r.bytes_per_second)),
+        s.cache_hits,
+        s.cache_misses,
+        s.blocking_now,
+        s.blocking_total
+    );
+    let c = &s.connections;
+    let _ = write!(
+        o,
+        "<h2>Connections</h2>\n<table>\n<tr><th>open</th><th>reading</th><th>idle</th>\
+         <th>writing</th><th>working</th><th>accepted</th></tr>\n\
+         <tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n</table>\n",
+        c.open, c.reading, c.idle, c.writing, c.working, c.accepted
+    );
+    o.push_str("<h2>Workers</h2>\n<table>\n<tr><th>worker</th><th>requests</th><th>connections</th></tr>\n");
+    for w in &s.workers {
+        let _ = writeln!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            w.worker, w.requests, w.connections
+        );
+    }
+    o.push_str("</table>\n<h2>Locations</h2>\n<table>\n<tr><th>host</th><th>location</th><th>1xx</th><th>2xx</th><th>3xx</th><th>4xx</th><th>5xx</th></tr>\n");
+    for l in s
+        .locations
+        .iter()
+        .filter(|l| l.classes.iter().any(|&n| n > 0))
+    {
+        let _ = write!(
+            o,
+            "<tr><td>{}</td><td>{}</td>",
+            escape(&l.host),
+            escape(if l.location.is_empty() {
+                "(none)"
+            } else {
+                &l.location
+            })
+        );
+        for n in l.classes {
+            let _ = write!(o, "<td>{n}</td>");
+        }
+        o.push_str("</tr>\n");
+    }
+    o.push_str("</table>\n");
+    if !s.upstreams.is_empty() {
+        o.push_str("<h2>Upstreams</h2>\n<table>\n<tr><th>upstream</th><th>server</th><th>requests</th><th>failures</th><th>in flight</th><th>mean time to head</th></tr>\n");
+        for u in &s.upstreams {
+            let mean = if u.requests > u.failures {
+                format!(
+                    "{:.1} ms",
+                    1000.0 * u.header_seconds / (u.requests - u.failures) as f64
+                )
+            } else {
+                "-".into()
+            };
+            let _ = writeln!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{mean}</td></tr>",
+                escape(&u.upstream),
+                escape(&u.server),
+                u.requests,
+                u.failures,
+                u.in_flight
+            );
+        }
+        o.push_str("</table>\n");
+    }
+    let _ = write!(
+        o,
+        "<h2>Downloads in progress: {}</h2>\n<p>Responses of 1 MiB or more, slowest first.</p>\n<table>\n\
+         <tr><th>client</th><th>request</th><th>sent</th><th>of</th><th>time</th><th>rate</th></tr>\n",
+        s.downloads_in_progress
+    );
+    for d in &s.downloads {
+        let _ = writeln!(
+            o,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1} s</td><td>{}/s</td></tr>",
+            d.client,
+            escape(&d.request),
+            bytes(d.sent as f64),
+            bytes(d.total as f64),
+            d.seconds,
+            bytes(d.rate)
+        );
+    }
+    o.push_str("</table>\n</body></html>\n");
+    o
+}

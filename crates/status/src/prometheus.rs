@@ -1,0 +1,241 @@
+//! The Prometheus text exposition format (0.0.4): `# HELP`, `# TYPE`, then samples with
+//! escaped label values. Written here rather than through `prometheus-client`'s registry,
+//! whose labelled families take a lock per update: these counters are per-worker plain
+//! stores, added up only now. The format is checked by Prometheus' own Python parser in
+//! the integration tests.
+
+use std::fmt::Write;
+
+use crate::snapshot::Snapshot;
+
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// A label value with `\`, `"` and newlines escaped.
+fn label(v: &str) -> String {
+    let mut o = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => o.push_str("\\\\"),
+            '"' => o.push_str("\\\""),
+            '\n' => o.push_str("\\n"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+fn family(o: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(o, "# HELP {name} {help}");
+    let _ = writeln!(o, "# TYPE {name} {kind}");
+}
+
+pub(crate) fn render(s: &Snapshot) -> String {
+    let mut o = String::with_capacity(4096);
+    family(&mut o, "ramjet_up", "gauge", "1 while the server answers.");
+    let _ = writeln!(o, "ramjet_up 1");
+    family(
+        &mut o,
+        "ramjet_start_time_seconds",
+        "gauge",
+        "When the server started (Unix time).",
+    );
+    let _ = writeln!(o, "ramjet_start_time_seconds {}", s.started);
+    family(
+        &mut o,
+        "ramjet_uptime_seconds",
+        "gauge",
+        "Seconds since the server started.",
+    );
+    let _ = writeln!(o, "ramjet_uptime_seconds {:.3}", s.uptime);
+
+    family(
+        &mut o,
+        "ramjet_requests_total",
+        "counter",
+        "Requests answered, by virtual host, location and status class (location \"\": before one was found).",
+    );
+    for l in &s.locations {
+        for (class, n) in CLASSES.iter().zip(l.classes) {
+            if n > 0 {
+                let _ = writeln!(
+                    o,
+                    "ramjet_requests_total{{host=\"{}\",location=\"{}\",class=\"{class}\"}} {n}",
+                    label(&l.host),
+                    label(&l.location)
+                );
+            }
+        }
+    }
+    family(
+        &mut o,
+        "ramjet_response_body_bytes_total",
+        "counter",
+        "Response body bytes sent.",
+    );
+    let _ = writeln!(o, "ramjet_response_body_bytes_total {}", s.body_bytes);
+
+    family(
+        &mut o,
+        "ramjet_connections_accepted_total",
+        "counter",
+        "Client connections accepted.",
+    );
+    let _ = writeln!(
+        o,
+        "ramjet_connections_accepted_total {}",
+        s.connections.accepted
+    );
+    family(
+        &mut o,
+        "ramjet_connections",
+        "gauge",
+        "Open client connections by state: reading a head, idle between requests, writing a response, working on an answer.",
+    );
+    let c = &s.connections;
+    for (state, n) in [
+        ("reading", c.reading),
+        ("idle", c.idle),
+        ("writing", c.writing),
+        ("working", c.working),
+    ] {
+        let _ = writeln!(o, "ramjet_connections{{state=\"{state}\"}} {n}");
+    }
+
+    family(
+        &mut o,
+        "ramjet_worker_requests_total",
+        "counter",
+        "Requests answered by each worker.",
+    );
+    for w in &s.workers {
+        let _ = writeln!(
+            o,
+            "ramjet_worker_requests_total{{worker=\"{}\"}} {}",
+            w.worker, w.requests
+        );
+    }
+    family(
+        &mut o,
+        "ramjet_worker_connections",
+        "gauge",
+        "Open client connections of each worker.",
+    );
+    for w in &s.workers {
+        let _ = writeln!(
+            o,
+            "ramjet_worker_connections{{worker=\"{}\"}} {}",
+            w.worker, w.connections
+        );
+    }
+
+    family(
+        &mut o,
+        "ramjet_file_cache_hits_total",
+        "counter",
+        "Static requests answered from the open-file cache without waiting.",
+    );
+    let _ = writeln!(o, "ramjet_file_cache_hits_total {}", s.cache_hits);
+    family(
+        &mut o,
+        "ramjet_file_cache_misses_total",
+        "counter",
+        "Static requests that waited for the disk (open, stat, read or listing).",
+    );
+    let _ = writeln!(o, "ramjet_file_cache_misses_total {}", s.cache_misses);
+    family(
+        &mut o,
+        "ramjet_blocking_jobs",
+        "gauge",
+        "Jobs on the blocking pool now (its queue and its threads).",
+    );
+    let _ = writeln!(o, "ramjet_blocking_jobs {}", s.blocking_now);
+    family(
+        &mut o,
+        "ramjet_blocking_jobs_total",
+        "counter",
+        "Jobs given to the blocking pool.",
+    );
+    let _ = writeln!(o, "ramjet_blocking_jobs_total {}", s.blocking_total);
+    family(
+        &mut o,
+        "ramjet_downloads",
+        "gauge",
+        "Responses of 1 MiB or more being sent now.",
+    );
+    let _ = writeln!(o, "ramjet_downloads {}", s.downloads_in_progress);
+
+    if !s.upstreams.is_empty() {
+        family(
+            &mut o,
+            "ramjet_upstream_requests_total",
+            "counter",
+            "Attempts sent to each upstream server.",
+        );
+        for u in &s.upstreams {
+            let _ = writeln!(
+                o,
+                "ramjet_upstream_requests_total{{upstream=\"{}\",server=\"{}\"}} {}",
+                label(&u.upstream),
+                label(&u.server),
+                u.requests
+            );
+        }
+        family(
+            &mut o,
+            "ramjet_upstream_failures_total",
+            "counter",
+            "Attempts that failed (connect, timeout, closed, invalid response).",
+        );
+        for u in &s.upstreams {
+            let _ = writeln!(
+                o,
+                "ramjet_upstream_failures_total{{upstream=\"{}\",server=\"{}\"}} {}",
+                label(&u.upstream),
+                label(&u.server),
+                u.failures
+            );
+        }
+        family(
+            &mut o,
+            "ramjet_upstream_in_flight",
+            "gauge",
+            "Requests waiting on each upstream server now.",
+        );
+        for u in &s.upstreams {
+            let _ = writeln!(
+                o,
+                "ramjet_upstream_in_flight{{upstream=\"{}\",server=\"{}\"}} {}",
+                label(&u.upstream),
+                label(&u.server),
+                u.in_flight
+            );
+        }
+        family(
+            &mut o,
+            "ramjet_upstream_header_seconds_total",
+            "counter",
+            "Time from sending a request to its response head, summed (divide by the requests for the mean).",
+        );
+        for u in &s.upstreams {
+            let _ = writeln!(
+                o,
+                "ramjet_upstream_header_seconds_total{{upstream=\"{}\",server=\"{}\"}} {:.6}",
+                label(&u.upstream),
+                label(&u.server),
+                u.header_seconds
+            );
+        }
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        assert_eq!(label("/dl/"), "/dl/");
+    }
+}

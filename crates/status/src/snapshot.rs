@@ -1,0 +1,203 @@
+//! Every worker's counters, read once and added up.
+
+use std::net::SocketAddr;
+use std::time::{Duration, SystemTime};
+
+use ramjet_observe::stats::{self, Waiting};
+
+/// Most downloads the status page lists (the slowest first).
+pub const DOWNLOADS_LISTED: usize = 20;
+
+/// One location's requests by status class.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LocationCounts {
+    pub host: String,
+    pub location: String,
+    /// 1xx, 2xx, 3xx, 4xx, 5xx.
+    pub classes: [u64; 5],
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct WorkerCounts {
+    pub worker: usize,
+    pub requests: u64,
+    pub connections: u64,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct UpstreamServerCounts {
+    pub upstream: String,
+    pub server: String,
+    pub requests: u64,
+    pub failures: u64,
+    pub in_flight: u64,
+    /// Sum of the times to a response head, in seconds.
+    pub header_seconds: f64,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct DownloadNow {
+    pub client: SocketAddr,
+    pub request: String,
+    pub sent: u64,
+    pub total: u64,
+    pub seconds: f64,
+    /// Bytes per second since it started.
+    pub rate: f64,
+}
+
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Recent {
+    pub requests_per_second: f64,
+    pub bytes_per_second: f64,
+    pub seconds: f64,
+}
+
+/// Connections by what they wait for.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Connections {
+    pub open: u64,
+    pub reading: u64,
+    pub idle: u64,
+    pub writing: u64,
+    /// Open and none of the above: being answered (a file loading, a backend).
+    pub working: u64,
+    pub accepted: u64,
+}
+
+/// The counters at one moment.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Snapshot {
+    pub version: &'static str,
+    pub uptime: f64,
+    /// Seconds since the Unix epoch.
+    pub started: u64,
+    pub requests: u64,
+    pub body_bytes: u64,
+    /// Requests and body bytes per second over the last seconds (up to 10), and over how
+    /// many; `None` in the first second.
+    pub recent: Option<Recent>,
+    pub connections: Connections,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    pub blocking_now: u64,
+    pub blocking_total: u64,
+    pub locations: Vec<LocationCounts>,
+    pub workers: Vec<WorkerCounts>,
+    pub upstreams: Vec<UpstreamServerCounts>,
+    /// The slowest downloads in progress (by rate), at most `DOWNLOADS_LISTED`.
+    pub downloads: Vec<DownloadNow>,
+    pub downloads_in_progress: usize,
+}
+
+impl Snapshot {
+    pub fn take() -> Snapshot {
+        let reg = stats::registry();
+        let workers = reg.workers();
+        let names = reg.locations();
+        let mut locations: Vec<LocationCounts> = names
+            .iter()
+            .map(|(host, location)| LocationCounts {
+                host: host.clone(),
+                location: location.clone(),
+                classes: [0; 5],
+            })
+            .collect();
+        let upstream_names = reg.upstreams();
+        let mut upstreams: Vec<UpstreamServerCounts> = upstream_names
+            .iter()
+            .map(|(u, s)| UpstreamServerCounts {
+                upstream: u.clone(),
+                server: s.clone(),
+                requests: 0,
+                failures: 0,
+                in_flight: 0,
+                header_seconds: 0.0,
+            })
+            .collect();
+        let mut c = Connections::default();
+        let (mut cache_hits, mut cache_misses, mut blocking_now, mut blocking_total) = (0, 0, 0, 0);
+        let mut body_bytes = 0;
+        let mut per_worker = Vec::new();
+        let mut downloads = Vec::new();
+        for w in &workers {
+            for (slot, l) in locations.iter_mut().enumerate() {
+                for (sum, n) in l.classes.iter_mut().zip(w.requests_of(slot)) {
+                    *sum += n;
+                }
+            }
+            for (slot, u) in upstreams.iter_mut().enumerate() {
+                if let Some(x) = w.upstream(slot as u16) {
+                    u.requests += x.requests.get();
+                    u.failures += x.failures.get();
+                    u.in_flight += x.in_flight.get();
+                    u.header_seconds += x.header_micros.get() as f64 / 1e6;
+                }
+            }
+            c.open += w.open.get();
+            c.reading += w.waiting(Waiting::Reading).get();
+            c.idle += w.waiting(Waiting::Idle).get();
+            c.writing += w.waiting(Waiting::Writing).get();
+            c.accepted += w.accepted.get();
+            cache_hits += w.cache_hits.get();
+            cache_misses += w.cache_misses.get();
+            blocking_now += w.blocking_now.get();
+            blocking_total += w.blocking_total.get();
+            body_bytes += w.body_bytes.get();
+            per_worker.push(WorkerCounts {
+                worker: w.worker,
+                requests: w.requests_total(),
+                connections: w.open.get(),
+            });
+            w.downloads(|list| {
+                for (_, d) in list {
+                    let seconds = d.started.elapsed().as_secs_f64();
+                    let sent = d.sent.load(std::sync::atomic::Ordering::Relaxed);
+                    downloads.push(DownloadNow {
+                        client: d.client,
+                        request: d.request.clone(),
+                        sent,
+                        total: d.total,
+                        seconds,
+                        rate: sent as f64 / seconds.max(1e-3),
+                    });
+                }
+            });
+        }
+        // The counts read at slightly different moments: a connection moving between
+        // states may be counted in two; never report a negative remainder.
+        c.working = c.open.saturating_sub(c.reading + c.idle + c.writing);
+        let downloads_in_progress = downloads.len();
+        downloads.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+        downloads.truncate(DOWNLOADS_LISTED);
+        let requests = locations.iter().flat_map(|l| l.classes).sum();
+        // Locations that answered nothing (or belonged to an older configuration) are left out.
+        locations.retain(|l| l.classes.iter().any(|&n| n > 0));
+        Snapshot {
+            version: env!("CARGO_PKG_VERSION"),
+            uptime: reg.started.elapsed().as_secs_f64(),
+            started: reg
+                .started_at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or(Duration::ZERO)
+                .as_secs(),
+            requests,
+            body_bytes,
+            recent: reg.recent_rates().map(|(r, b, secs)| Recent {
+                requests_per_second: r,
+                bytes_per_second: b,
+                seconds: secs,
+            }),
+            connections: c,
+            cache_hits,
+            cache_misses,
+            blocking_now,
+            blocking_total,
+            locations,
+            workers: per_worker,
+            upstreams,
+            downloads,
+            downloads_in_progress,
+        }
+    }
+}
