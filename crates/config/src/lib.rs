@@ -16,6 +16,7 @@ mod protect;
 pub mod raw;
 mod resolve;
 mod resolved;
+mod shaping;
 mod statics;
 mod units;
 mod upstream;
@@ -30,5 +31,6 @@ pub use resolve::{for_directory, load_file, load_str};
 pub use resolved::{
     FileCacheOptions, Limits, Location, RedirectOptions, Resolved, Timeouts, VHost,
 };
+pub use shaping::Shaping;
 pub use statics::{Encoding, StaticOptions, SymlinkPolicy, DEFAULT_MAX_RANGES};
 pub use upstream::{Balance, ProxyOptions, Upstream, UpstreamAddr, UpstreamServer};

@@ -89,6 +89,12 @@ impl Resolved {
         let _ = writeln!(o, "max_head = {}", size(l.http1.max_head as u64));
         let _ = writeln!(o, "max_body = {}", size(l.max_body));
         let _ = writeln!(o, "max_connections = {}", l.max_connections);
+        if let Some(n) = l.max_connections_per_client {
+            let _ = writeln!(o, "max_connections_per_client = {n}");
+        }
+        if let Some(b) = &self.send_rate {
+            let _ = writeln!(o, "send_rate = {}", size(b.rate()));
+        }
         match l.send_buffer {
             Some(b) => {
                 let _ = writeln!(o, "send_buffer = {}", size(b as u64));
@@ -229,6 +235,24 @@ impl Resolved {
                 }
             }
         }
+        if let Some(s) = &loc.shaping {
+            for (name, v) in [
+                ("limit_rate", s.rate),
+                ("limit_rate_client", s.client_rate),
+                ("limit_rate_location", s.location.as_ref().map(|b| b.rate())),
+            ] {
+                if let Some(v) = v {
+                    let _ = writeln!(o, "{name} = {}", size(v));
+                }
+            }
+            if s.rate_after > 0 {
+                let _ = writeln!(o, "limit_rate_after = {}", size(s.rate_after));
+            }
+            if let (Some(text), Some((_, burst, _))) = (&s.requests_text, &s.requests) {
+                let _ = writeln!(o, "limit_req = {}", crate::print::text(text));
+                let _ = writeln!(o, "limit_req_burst = {burst}");
+            }
+        }
         if let Some(a) = &loc.auth {
             let _ = writeln!(o, "auth_basic = {}", text(&a.realm));
             let file = a.file.display().to_string();
@@ -316,6 +340,8 @@ workers = 2
 [limits]
 max_body = "3m"
 send_buffer = "8k"
+send_rate = "1g"
+max_connections_per_client = 50
 [timeouts]
 header = "1500ms"
 keepalive = "2m"
@@ -349,6 +375,12 @@ expires_by_type = { "image/" = "30d", "text/html" = 0 }
 allow = ["10.0.0.0/8", "::1", "2001:db8::/32"]
 deny = ["10.0.0.7", "all"]
 error_pages = { 404 = "404.html", "5xx" = "5xx.txt" }
+limit_rate = "100k"
+limit_rate_after = "1m"
+limit_rate_client = "300k"
+limit_rate_location = "10m"
+limit_req = "600r/m"
+limit_req_burst = 5
 auth_basic = "Staff only"
 auth_basic_user_file = "users"
 [[vhost.location]]
@@ -375,6 +407,7 @@ redirect_status = 308
             "deny = [\"10.0.0.7\", \"all\"]",
             "handlers = [\"redirect\"]\n",
             "auth_basic = \"Staff only\"\n",
+            "limit_rate = \"100k\"\nlimit_rate_client = \"300k\"\nlimit_rate_location = \"10m\"\nlimit_rate_after = \"1m\"\nlimit_req = \"600r/m\"\nlimit_req_burst = 5\n",
             "404.html\", \"5xx\" = ",
             "redirect = \"https://new.example/docs/\"\nredirect_status = 308\n",
         ] {

@@ -85,6 +85,10 @@ pub struct RawLimits {
     /// sockets); unset leaves the kernel's autotuning. Small values bound the kernel memory
     /// of many slow downloads.
     pub send_buffer: Option<Size>,
+    /// Send rate of all client connections together (bytes per second).
+    pub send_rate: Option<Size>,
+    /// Open connections per client address; past it, requests get 429.
+    pub max_connections_per_client: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -187,4 +191,16 @@ pub struct RawLocation {
     pub auth_basic: Option<Spanned<String>>,
     /// The htpasswd file of users (bcrypt, MD5 `$apr1$`, SHA-256/512 crypt, `{SHA}`).
     pub auth_basic_user_file: Option<Spanned<String>>,
+    /// Send rate per connection (bytes per second; nginx `limit_rate`).
+    pub limit_rate: Option<Size>,
+    /// Bytes of each response sent at full speed before `limit_rate` applies.
+    pub limit_rate_after: Option<Size>,
+    /// Send rate for all of one client address's connections here.
+    pub limit_rate_client: Option<Size>,
+    /// Send rate for every connection of this location together.
+    pub limit_rate_location: Option<Size>,
+    /// Requests per client address: `"10r/s"` or `"600r/m"` (nginx `limit_req`).
+    pub limit_req: Option<Spanned<String>>,
+    /// Requests a client may make at once above `limit_req` (nginx `burst`, `nodelay`).
+    pub limit_req_burst: Option<u32>,
 }

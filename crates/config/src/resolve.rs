@@ -321,6 +321,25 @@ impl<'a> Resolver<'a> {
             max_body_any: 0,
             max_connections: l.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
             send_buffer: l.send_buffer.map(|s| s.0 as usize),
+            max_connections_per_client: l.max_connections_per_client,
+        };
+        if l.max_connections_per_client == Some(0) {
+            self.keep::<()>(Err(self.err(
+                None,
+                "limits.max_connections_per_client",
+                "must be at least 1".into(),
+            )));
+        }
+        let send_rate = match l.send_rate.map(|s| s.0) {
+            Some(r) if r < crate::shaping::MIN_RATE => {
+                self.keep::<()>(Err(self.err(
+                    None,
+                    "limits.send_rate",
+                    format!("at least {} bytes per second", crate::shaping::MIN_RATE),
+                )));
+                None
+            }
+            r => r.map(|r| Arc::new(ramjet_shaping::SharedBucket::new(r))),
         };
         if limits
             .send_buffer
@@ -476,6 +495,7 @@ impl<'a> Resolver<'a> {
             default_vhost,
             upstreams,
             error_pages,
+            send_rate,
         })
     }
 
@@ -616,7 +636,63 @@ impl<'a> Resolver<'a> {
             error_pages,
             auth,
             metrics: 0,
+            shaping: self.shaping(defaults, loc, key)?,
         })
+    }
+
+    /// Send and request rates (each key inherited from `[defaults]` when the location has
+    /// none); `None` when there are none.
+    fn shaping(
+        &self,
+        d: &RawLocation,
+        l: &RawLocation,
+        key: &str,
+    ) -> Result<Option<Box<crate::Shaping>>, ConfigError> {
+        let span = l.path.as_ref().map(|p| p.span());
+        let rate = |v: Option<crate::units::Size>, name: &str| match v.map(|s| s.0) {
+            Some(r) if r < crate::shaping::MIN_RATE => Err(self.err(
+                span.clone(),
+                &format!("{key}.{name}"),
+                format!("at least {} bytes per second", crate::shaping::MIN_RATE),
+            )),
+            r => Ok(r),
+        };
+        let per_conn = rate(l.limit_rate.or(d.limit_rate), "limit_rate")?;
+        let client = rate(
+            l.limit_rate_client.or(d.limit_rate_client),
+            "limit_rate_client",
+        )?;
+        let location = rate(
+            l.limit_rate_location.or(d.limit_rate_location),
+            "limit_rate_location",
+        )?;
+        let after = l.limit_rate_after.or(d.limit_rate_after).map_or(0, |s| s.0);
+        let req = l.limit_req.as_ref().or(d.limit_req.as_ref());
+        let burst = l.limit_req_burst.or(d.limit_req_burst).unwrap_or(0);
+        let requests = match req {
+            None => None,
+            Some(text) => {
+                let per_second = crate::shaping::request_rate(text.get_ref())
+                    .map_err(|m| self.err(Some(text.span()), &format!("{key}.limit_req"), m))?;
+                Some((
+                    per_second,
+                    burst,
+                    Arc::new(ramjet_shaping::RequestRate::new(per_second, burst)),
+                ))
+            }
+        };
+        if per_conn.is_none() && client.is_none() && location.is_none() && requests.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Box::new(crate::Shaping {
+            rate: per_conn,
+            rate_after: after,
+            client_rate: client,
+            clients: client.map(|_| Arc::new(ramjet_shaping::ClientTable::new())),
+            location: location.map(|r| Arc::new(ramjet_shaping::SharedBucket::new(r))),
+            requests_text: req.map(|t| t.get_ref().trim().to_string()),
+            requests,
+        })))
     }
 
     /// Error pages from a table (`None`: no table, the server's own pages).

@@ -34,6 +34,8 @@ pub struct Resolved {
     /// `[defaults]`' error pages, for errors before a location is known (bad requests,
     /// no location).
     pub error_pages: Option<std::sync::Arc<crate::ErrorPages>>,
+    /// `limits.send_rate`: one bucket for every client connection.
+    pub send_rate: Option<std::sync::Arc<ramjet_shaping::SharedBucket>>,
 }
 
 /// Request limits.
@@ -49,6 +51,8 @@ pub struct Limits {
     pub max_connections: usize,
     /// SO_SNDBUF for client connections; `None`: kernel autotuning.
     pub send_buffer: Option<usize>,
+    /// Open connections per client address (all workers); past it, requests get 429.
+    pub max_connections_per_client: Option<u32>,
 }
 
 /// Connection timeouts.
@@ -108,6 +112,8 @@ pub struct Location {
     pub auth: Option<std::sync::Arc<crate::BasicAuth>>,
     /// Its counters' slot (`observe::stats::location_slot`).
     pub metrics: u16,
+    /// Send and request rates; `None`: none (no check on the hot path).
+    pub shaping: Option<Box<crate::Shaping>>,
 }
 
 /// Where a `redirect` location sends its clients.

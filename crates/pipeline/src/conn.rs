@@ -1,6 +1,7 @@
 //! One connection: read all, parse all pipelined requests, produce all, write the batch in
 //! one writev/sendfile run, log, then wait — the loop in [`Conn::serve`].
 
+use std::cell::RefCell;
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use crate::outbox::Outbox;
 use crate::request_body::{Finished, RequestBody};
 use crate::response::{Body, Response, Tunnel};
 use crate::stage;
+use crate::throttle::{Throttle, Throttled};
 use crate::worker::{Generation, HttpWorker, READ_BUFFER};
 
 /// Pipelined responses are written once this many are queued...
@@ -88,6 +90,10 @@ struct Conn {
     /// When the last bytes were read (one clock read per batch).
     read_at: Instant,
     state: State,
+    /// Over `limits.max_connections_per_client`: every request is answered 429.
+    refuse: bool,
+    /// Send rates of the location last answered from (`None`: none apply).
+    throttle: Option<Box<RefCell<Throttle>>>,
 }
 
 /// Where a connection stands (DESIGN.md §4.2: an enum, not flags). `Conn::serve` has one
@@ -120,6 +126,7 @@ pub(crate) async fn run<C: Content>(
     stream: TcpStream,
     peer: SocketAddr,
     listener: u16,
+    refuse: bool,
 ) {
     let mut conn = Conn {
         stream,
@@ -133,6 +140,8 @@ pub(crate) async fn run<C: Content>(
         seen_generation: w.generation.get(),
         read_at: Instant::now(),
         state: State::New,
+        refuse,
+        throttle: None,
     };
     if conn
         .generation
@@ -208,6 +217,7 @@ impl Conn {
                     let started = self.read_at;
                     let (response, body, location) =
                         match BodyDecoder::new(head.framing, config.limits.max_body_any) {
+                            Ok(_) if self.refuse => (too_many(config), Ok(None), None),
                             Err(kind) => {
                                 let mut r = error_response(kind.status());
                                 customise(&mut r, config.error_pages.as_deref());
@@ -232,7 +242,7 @@ impl Conn {
                                 }
                             }
                         };
-                    let keep = head.keep_alive && body.is_ok() && !w.stopping.get();
+                    let keep = head.keep_alive && body.is_ok() && !w.stopping.get() && !self.refuse;
                     let mut response = response;
                     let tunnel = upgrade_of(&mut response);
                     let status = response.status;
@@ -242,6 +252,7 @@ impl Conn {
                         .and_then(|e| e.upstream.take())
                         .map(Box::new);
                     let extra = location.and_then(|l| l.response_headers.as_deref());
+                    self.throttle = Throttle::of(location, config, self.peer, self.throttle.take());
                     let (unix_secs, keep) = queue(w, &mut self.out, response, &head, keep, extra);
                     let mut pending = self.pending_of(&head, status, started, unix_secs);
                     pending.upstream = upstream;
@@ -267,7 +278,8 @@ impl Conn {
             if let Some(t) = tunnel {
                 return Box::pin(self.tunnel(w, t)).await;
             }
-            let bad_body = body.is_err();
+            // A refused client may have sent a body: drain it a while, so it reads the 429.
+            let bad_body = body.is_err() || self.refuse;
             let unread = self.take_back(body, expect_continue);
             if !keep {
                 self.stop_reading(bad_body);
@@ -436,13 +448,13 @@ impl Conn {
             return true;
         }
         let _writing = Entered::new(w.stats.waiting(Waiting::Writing));
-        let result = if self.out.file_bytes() < DOWNLOAD_BYTES {
+        let result = if self.throttle.is_none() && self.out.file_bytes() < DOWNLOAD_BYTES {
             self.out
                 .flush(&self.stream, self.generation.config.timeouts.send, None)
                 .await
         } else {
-            // Boxed: large downloads are few, and their record stays out of every
-            // connection's state.
+            // Boxed: large downloads and send rates are rare next to small answers, and
+            // their state stays out of every connection's future.
             Box::pin(self.flush_download(w)).await
         };
         self.log(w);
@@ -455,31 +467,41 @@ impl Conn {
         }
     }
 
-    /// Write a batch holding a large file, listed among the worker's downloads meanwhile.
+    /// Write a batch holding a large file (listed among the worker's downloads meanwhile)
+    /// or under send rates.
     async fn flush_download<C: Content>(
         &mut self,
         w: &HttpWorker<C>,
     ) -> Result<(), crate::outbox::WriteError> {
-        let request = self
-            .pending
-            .last()
-            .map_or(&[][..], |p| &self.buf[p.line.clone()]);
-        let request = &request[..request.len().min(200)];
+        let total = self.out.file_bytes();
         let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let _listed = w.stats.download(Download {
-            client: self.peer,
-            request: String::from_utf8_lossy(request).into_owned(),
-            started: Instant::now().into_std(),
-            total: self.out.file_bytes(),
-            sent: sent.clone(),
+        let listed = (total >= DOWNLOAD_BYTES).then(|| {
+            let request = self
+                .pending
+                .last()
+                .map_or(&[][..], |p| &self.buf[p.line.clone()]);
+            let request = &request[..request.len().min(200)];
+            w.stats.download(Download {
+                client: self.peer,
+                request: String::from_utf8_lossy(request).into_owned(),
+                started: Instant::now().into_std(),
+                total,
+                sent: sent.clone(),
+            })
         });
-        self.out
-            .flush(
-                &self.stream,
-                self.generation.config.timeouts.send,
-                Some(&sent),
-            )
-            .await
+        let progress = listed.as_ref().map(|_| &*sent);
+        let timeout = self.generation.config.timeouts.send;
+        match &self.throttle {
+            None => self.out.flush(&self.stream, timeout, progress).await,
+            Some(t) => {
+                t.borrow_mut().begin_flush();
+                let sink = Throttled {
+                    stream: &self.stream,
+                    throttle: t,
+                };
+                self.out.flush(&sink, timeout, progress).await
+            }
+        }
     }
 
     fn log<C: Content>(&mut self, w: &HttpWorker<C>) {
@@ -685,6 +707,13 @@ fn framing(r: &Response, version: Version) -> Framing {
     }
 }
 
+/// 429 for a client over `limits.max_connections_per_client` (the connection closes).
+fn too_many(config: &ramjet_config::Resolved) -> Response {
+    let mut r = error_response(429).header("Retry-After", b"1");
+    customise(&mut r, config.error_pages.as_deref());
+    r
+}
+
 /// Encode a response into the outbox (head, then body unless HEAD/304/204); returns the
 /// Unix time of its Date header and whether the connection stays open after it (not after
 /// a close-delimited body).
@@ -841,7 +870,7 @@ mod state_size {
             let generation = std::sync::Arc::new(crate::Generation { config, access_log });
             let worker =
                 crate::HttpWorker::new(0, generation, Nothing, std::sync::Arc::from([addr]));
-            let future = super::run(&worker, stream, addr, 0);
+            let future = super::run(&worker, stream, addr, 0, false);
             let size = std::mem::size_of_val(&future);
             assert!(
                 size <= CONNECTION_STATE_BUDGET,

@@ -17,6 +17,7 @@ mod outbox;
 mod request_body;
 mod response;
 pub mod stage;
+mod throttle;
 mod tunnel;
 mod worker;
 

@@ -5,6 +5,7 @@ use ramjet_auth::Check;
 use ramjet_config::{BasicAuth, ErrorPages, Location, Resolved};
 use ramjet_http1::path::{self, CleanPath};
 use ramjet_http1::{ErrorKind, RequestHead};
+use ramjet_shaping::Verdict;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -30,7 +31,7 @@ pub const STAGES: [Stage; 9] = [
     },
     Stage {
         name: "read head",
-        may_end_with: "400 408 413 414 431 501 505",
+        may_end_with: "400 408 413 414 429 431 501 505",
     },
     Stage {
         name: "route",
@@ -38,7 +39,7 @@ pub const STAGES: [Stage; 9] = [
     },
     Stage {
         name: "admit",
-        may_end_with: "401 403",
+        may_end_with: "401 403 429",
     },
     Stage {
         name: "content",
@@ -101,6 +102,18 @@ pub(crate) fn respond<'r, C: Content>(
     // The location's own body limit (the connection read up to the largest of them).
     if let Err(kind) = body.limit(location.max_body) {
         return Ok((refusal(kind.status(), pages), Err(kind), Some(location)));
+    }
+    // admit: the client's request rate here (nginx limit_req, nodelay).
+    if let Some((_, _, rate)) = location.shaping.as_ref().and_then(|s| s.requests.as_ref()) {
+        if let Verdict::Refuse(wait) = rate.check(client.ip(), now.into_std()) {
+            let mut r = refusal(429, pages);
+            let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+            r.headers.extend_from_slice(b"Retry-After: ");
+            r.headers
+                .extend_from_slice(itoa::Buffer::new().format(secs.max(1)).as_bytes());
+            r.headers.extend_from_slice(b"\r\n");
+            return Ok((r, Ok(body.finish()), Some(location)));
+        }
     }
     // admit: the location's client address rules (none: no check).
     if let Some(rules) = &location.access {

@@ -123,6 +123,42 @@ impl<C: Content> HttpWorker<C> {
     }
 }
 
+/// Open connections per client address, across workers (`limits.max_connections_per_client`).
+fn client_connections() -> &'static ramjet_shaping::ClientTable<u32> {
+    static TABLE: std::sync::OnceLock<ramjet_shaping::ClientTable<u32>> =
+        std::sync::OnceLock::new();
+    TABLE.get_or_init(ramjet_shaping::ClientTable::new)
+}
+
+/// One connection counted for its client address while it is open.
+struct ClientConnection {
+    ip: std::net::IpAddr,
+    /// The client had its limit open already: this one is answered 429.
+    over: bool,
+}
+
+impl ClientConnection {
+    fn enter(peer: SocketAddr, max: u32) -> ClientConnection {
+        let ip = ramjet_shaping::canonical(peer.ip());
+        let mut shard = client_connections().shard(ip);
+        let n = shard.entry(ip).or_insert(0);
+        *n += 1;
+        ClientConnection { ip, over: *n > max }
+    }
+}
+
+impl Drop for ClientConnection {
+    fn drop(&mut self) {
+        let mut shard = client_connections().shard(self.ip);
+        if let Some(n) = shard.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                shard.remove(&self.ip);
+            }
+        }
+    }
+}
+
 /// Batch storage larger than this (after a big pipelined burst) is freed, not pooled.
 const MAX_POOLED_BATCH: usize = 16 * 1024;
 
@@ -148,7 +184,15 @@ impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
         self.stats.accepted.add(1);
         self.stats.open.add(1);
         let _guard = OpenGuard(&self.open, self.stats);
-        crate::conn::run(&self, stream, peer, listener as u16).await;
+        let per_client = self
+            .current
+            .borrow()
+            .config
+            .limits
+            .max_connections_per_client;
+        let client = per_client.map(|max| ClientConnection::enter(peer, max));
+        let refuse = client.as_ref().is_some_and(|c| c.over);
+        crate::conn::run(&self, stream, peer, listener as u16, refuse).await;
     }
 
     fn reload(&self, generation: Arc<Generation>) {

@@ -18,6 +18,7 @@ mod proxy_real;
 mod ranges;
 mod request_body;
 mod security;
+mod shaping;
 mod stream;
 
 use ramjet_testkit::Server;
