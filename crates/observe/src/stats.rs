@@ -100,6 +100,8 @@ pub struct WorkerStats {
     pub body_bytes: Count,
     pub accepted: Count,
     pub open: Count,
+    /// Idle connections waiting in the parking lot (also counted idle).
+    pub parked: Count,
     waiting: [Count; 3],
     pub cache_hits: Count,
     pub cache_misses: Count,
@@ -118,6 +120,7 @@ impl WorkerStats {
             body_bytes: Count::new(),
             accepted: Count::new(),
             open: Count::new(),
+            parked: Count::new(),
             waiting: Default::default(),
             cache_hits: Count::new(),
             cache_misses: Count::new(),

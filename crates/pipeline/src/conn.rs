@@ -22,6 +22,7 @@ use ramjet_config::ResponseHeaders;
 use crate::content::Content;
 use crate::error_page::{customise, error_response};
 use crate::outbox::Outbox;
+use crate::park::PARK_AFTER;
 use crate::request_body::{Finished, RequestBody};
 use crate::response::{Body, Response, Tunnel};
 use crate::stage;
@@ -67,6 +68,8 @@ struct Answered {
 
 enum ReadOutcome {
     Data,
+    /// Idle between requests for `PARK_AFTER`, with nothing buffered: park it.
+    Park,
     Eof,
     Timeout,
     Shutdown,
@@ -113,6 +116,9 @@ enum State {
     /// Closing after an error answer: unread input is drained for a while first, so the
     /// client reads the answer rather than a reset (nginx lingering_close).
     Lingering,
+    /// Idle between requests for `park::PARK_AFTER`: the task ends and the socket waits in
+    /// the worker's parking lot until it is readable or this deadline passes.
+    Parking(Instant),
 }
 
 impl State {
@@ -121,13 +127,30 @@ impl State {
     }
 }
 
-pub(crate) async fn run<C: Content>(
-    w: &HttpWorker<C>,
-    stream: TcpStream,
-    peer: SocketAddr,
-    listener: u16,
-    refuse: bool,
-) {
+/// A connection to serve: new from the listener, or resumed from the parking lot.
+pub(crate) struct Start {
+    pub(crate) stream: TcpStream,
+    pub(crate) peer: SocketAddr,
+    pub(crate) listener: u16,
+    /// Over `limits.max_connections_per_client`.
+    pub(crate) refuse: bool,
+    /// Back from the parking lot: idle between requests, its PROXY header long read.
+    pub(crate) resumed: bool,
+}
+
+/// What a connection that went idle for a while leaves to be parked: its socket, the
+/// client, the listener, and when its keep-alive time ends.
+pub(crate) type Rest = (TcpStream, SocketAddr, u16, Instant);
+
+/// Serve a connection until it closes (`None`) or has been idle long enough to be parked.
+pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<Rest> {
+    let Start {
+        stream,
+        peer,
+        listener,
+        refuse,
+        resumed,
+    } = start;
     let mut conn = Conn {
         stream,
         peer,
@@ -139,20 +162,26 @@ pub(crate) async fn run<C: Content>(
         generation: w.current(),
         seen_generation: w.generation.get(),
         read_at: Instant::now(),
-        state: State::New,
+        state: if resumed { State::Idle } else { State::New },
         refuse,
         throttle: None,
     };
-    if conn
-        .generation
-        .config
-        .expects_proxy_header(usize::from(listener))
+    if !resumed
+        && conn
+            .generation
+            .config
+            .expects_proxy_header(usize::from(listener))
         && !Box::pin(conn.proxy_header(w)).await
     {
-        return conn.release(w);
+        conn.release(w);
+        return None;
     }
     conn.serve(w).await;
     conn.release(w);
+    match conn.state {
+        State::Parking(deadline) => Some((conn.stream, conn.peer, conn.listener, deadline)),
+        _ => None,
+    }
 }
 
 impl Conn {
@@ -172,11 +201,14 @@ impl Conn {
                 } else {
                     t.keepalive
                 };
-                if !matches!(
-                    self.read_more(w, self.read_at + idle, true).await,
-                    ReadOutcome::Data
-                ) {
-                    return;
+                let deadline = self.read_at + idle;
+                match self.read_more(w, deadline, true).await {
+                    ReadOutcome::Data => {}
+                    ReadOutcome::Park => {
+                        self.state = State::Parking(deadline);
+                        return;
+                    }
+                    _ => return,
                 }
             }
             if w.generation.get() != self.seen_generation {
@@ -252,7 +284,15 @@ impl Conn {
                         .and_then(|e| e.upstream.take())
                         .map(Box::new);
                     let extra = location.and_then(|l| l.response_headers.as_deref());
-                    self.throttle = Throttle::of(location, config, self.peer, self.throttle.take());
+                    // Send rates: only when a location or the server has them (one test here
+                    // otherwise).
+                    if self.throttle.is_some()
+                        || config.send_rate.is_some()
+                        || location.is_some_and(|l| l.shaping.is_some())
+                    {
+                        self.throttle =
+                            Throttle::of(location, config, self.peer, self.throttle.take());
+                    }
                     let (unix_secs, keep) = queue(w, &mut self.out, response, &head, keep, extra);
                     let mut pending = self.pending_of(&head, status, started, unix_secs);
                     pending.upstream = upstream;
@@ -561,10 +601,17 @@ impl Conn {
                 if w.stopping.get() {
                     return ReadOutcome::Shutdown;
                 }
+                // Between requests, with nothing held: wait only until it is worth parking.
+                let park_at = self.read_at + PARK_AFTER;
+                let park =
+                    self.state == State::Idle && self.buf.capacity() == 0 && park_at < deadline;
+                let until = if park { park_at } else { deadline };
                 tokio::select! {
                     biased;
                     r = self.stream.readable() => if r.is_err() { return ReadOutcome::Failed },
-                    _ = tokio::time::sleep_until(deadline) => return ReadOutcome::Timeout,
+                    _ = tokio::time::sleep_until(until) => {
+                        return if park { ReadOutcome::Park } else { ReadOutcome::Timeout };
+                    }
                     _ = notified => return ReadOutcome::Shutdown,
                 }
             } else {
@@ -870,7 +917,14 @@ mod state_size {
             let generation = std::sync::Arc::new(crate::Generation { config, access_log });
             let worker =
                 crate::HttpWorker::new(0, generation, Nothing, std::sync::Arc::from([addr]));
-            let future = super::run(&worker, stream, addr, 0, false);
+            let start = super::Start {
+                stream,
+                peer: addr,
+                listener: 0,
+                refuse: false,
+                resumed: false,
+            };
+            let future = super::run(&worker, start);
             let size = std::mem::size_of_val(&future);
             assert!(
                 size <= CONNECTION_STATE_BUDGET,

@@ -24,11 +24,15 @@ pub fn error_response(status: u16) -> Response {
 /// Put the configured page for the response's status in place of the server's own (only
 /// for the server's pages, and only when one is configured). The status and the other
 /// header lines (`Allow`, `WWW-Authenticate`) stay.
-#[inline]
+#[inline(always)]
 pub(crate) fn customise(r: &mut Response, pages: Option<&ErrorPages>) {
-    if !r.server_page {
-        return;
+    if r.server_page && pages.is_some() {
+        replace_page(r, pages);
     }
+}
+
+#[cold]
+fn replace_page(r: &mut Response, pages: Option<&ErrorPages>) {
     let Some(page) = pages.and_then(|p| p.get(r.status)) else {
         return;
     };

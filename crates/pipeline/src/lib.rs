@@ -14,6 +14,7 @@ mod error_page;
 mod failure;
 pub mod filters;
 mod outbox;
+mod park;
 mod request_body;
 mod response;
 pub mod stage;

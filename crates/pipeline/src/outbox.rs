@@ -89,6 +89,8 @@ pub(crate) struct Outbox {
     responses: u32,
     /// Bytes of `Shared` segments (with `mem`, what the batch holds in memory).
     shared: usize,
+    /// Bytes of `File` segments.
+    files: u64,
 }
 
 impl Outbox {
@@ -109,14 +111,9 @@ impl Outbox {
     }
 
     /// File bytes queued in this batch (a large total is a download the status page lists).
+    #[inline]
     pub(crate) fn file_bytes(&self) -> u64 {
-        self.segs
-            .iter()
-            .map(|s| match s {
-                Seg::File { len, .. } => *len,
-                _ => 0,
-            })
-            .sum()
+        self.files
     }
 
     /// Bytes held in memory by this batch (to bound pipelining).
@@ -190,6 +187,7 @@ impl Outbox {
 
     fn file(&mut self, resp: u32, file: Arc<File>, offset: u64, len: u64) {
         if len > 0 {
+            self.files += len;
             self.segs.push(Seg::File {
                 file,
                 offset,
@@ -228,6 +226,7 @@ impl Outbox {
         let result = self.write_all(sink, send_timeout, progress).await;
         self.mem.clear();
         self.segs.clear();
+        self.files = 0;
         self.responses = 0;
         self.shared = 0;
         result

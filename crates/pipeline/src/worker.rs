@@ -14,6 +14,7 @@ use crate::conn::Pending;
 use crate::content::Content;
 use crate::date::DateCache;
 use crate::outbox::Outbox;
+use crate::park::{Lot, Parked};
 
 /// Most idle read buffers kept for reuse per worker.
 const POOLED_BUFFERS: usize = 256;
@@ -44,6 +45,8 @@ pub struct HttpWorker<C: Content> {
     batches: RefCell<Vec<(Outbox, Vec<Pending>)>>,
     /// This worker's counters (`/metrics`, the status page).
     pub(crate) stats: &'static WorkerStats,
+    /// Keep-alive connections idle for a while, waiting without a task.
+    pub(crate) lot: Lot,
 }
 
 impl<C: Content> HttpWorker<C> {
@@ -58,6 +61,7 @@ impl<C: Content> HttpWorker<C> {
     ) -> HttpWorker<C> {
         HttpWorker {
             stats: ramjet_observe::stats::register_worker(index),
+            lot: Lot::default(),
             content,
             listeners,
             log: RefCell::new(LogBuffer::new(generation.access_log.clone())),
@@ -131,7 +135,7 @@ fn client_connections() -> &'static ramjet_shaping::ClientTable<u32> {
 }
 
 /// One connection counted for its client address while it is open.
-struct ClientConnection {
+pub(crate) struct ClientConnection {
     ip: std::net::IpAddr,
     /// The client had its limit open already: this one is answered 429.
     over: bool,
@@ -155,6 +159,74 @@ impl Drop for ClientConnection {
             if *n == 0 {
                 shard.remove(&self.ip);
             }
+        }
+    }
+}
+
+impl<C: Content> HttpWorker<C> {
+    /// Count connections entering (`+`) or leaving (`-`) the parking lot: they stay open
+    /// and idle while parked.
+    pub(crate) fn count_parked(&self, delta: isize) {
+        self.open.set(self.open.get().wrapping_add_signed(delta));
+        let n = delta.unsigned_abs() as u64;
+        let idle = self.stats.waiting(ramjet_observe::stats::Waiting::Idle);
+        if delta >= 0 {
+            self.stats.open.add(n);
+            self.stats.parked.add(n);
+            idle.add(n);
+        } else {
+            self.stats.open.sub(n);
+            self.stats.parked.sub(n);
+            idle.sub(n);
+        }
+    }
+
+    /// Park a connection that went idle (or go on serving it if it cannot be parked).
+    fn park(self: &Rc<Self>, rest: crate::conn::Rest, client: Option<ClientConnection>) {
+        let (stream, peer, listener, deadline) = rest;
+        if let Err((stream, client)) = self
+            .lot
+            .park(self, stream, peer, listener, deadline, client)
+        {
+            tokio::task::spawn_local(self.clone().serve_on(stream, peer, listener, client));
+        }
+    }
+
+    /// A parked connection became readable: serve it in a task again.
+    pub(crate) async fn resume(self: Rc<Self>, p: Parked) {
+        let Parked {
+            stream,
+            peer,
+            listener,
+            client,
+        } = p;
+        // Back into tokio's set; the socket is non-blocking still.
+        let Ok(stream) = TcpStream::from_std(stream) else {
+            return;
+        };
+        self.serve_on(stream, peer, listener, client).await;
+    }
+
+    /// Serve an idle keep-alive connection from its next request on.
+    async fn serve_on(
+        self: Rc<Self>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        listener: u16,
+        client: Option<ClientConnection>,
+    ) {
+        self.open.set(self.open.get() + 1);
+        self.stats.open.add(1);
+        let _guard = OpenGuard(&self.open, self.stats);
+        let start = crate::conn::Start {
+            stream,
+            peer,
+            listener,
+            refuse: client.as_ref().is_some_and(|c| c.over),
+            resumed: true,
+        };
+        if let Some(rest) = crate::conn::run(&self, start).await {
+            self.park(rest, client);
         }
     }
 }
@@ -192,7 +264,16 @@ impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
             .max_connections_per_client;
         let client = per_client.map(|max| ClientConnection::enter(peer, max));
         let refuse = client.as_ref().is_some_and(|c| c.over);
-        crate::conn::run(&self, stream, peer, listener as u16, refuse).await;
+        let start = crate::conn::Start {
+            stream,
+            peer,
+            listener: listener as u16,
+            refuse,
+            resumed: false,
+        };
+        if let Some(rest) = crate::conn::run(&self, start).await {
+            self.park(rest, client);
+        }
     }
 
     fn reload(&self, generation: Arc<Generation>) {

@@ -89,9 +89,9 @@ pub(crate) fn html(s: &Snapshot) -> String {
     let _ = write!(
         o,
         "<h2>Connections</h2>\n<table>\n<tr><th>open</th><th>reading</th><th>idle</th>\
-         <th>writing</th><th>working</th><th>accepted</th></tr>\n\
-         <tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n</table>\n",
-        c.open, c.reading, c.idle, c.writing, c.working, c.accepted
+         <th>(parked)</th><th>writing</th><th>working</th><th>accepted</th></tr>\n\
+         <tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n</table>\n",
+        c.open, c.reading, c.idle, c.parked, c.writing, c.working, c.accepted
     );
     o.push_str("<h2>Workers</h2>\n<table>\n<tr><th>worker</th><th>requests</th><th>connections</th></tr>\n");
     for w in &s.workers {

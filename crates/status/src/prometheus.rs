@@ -103,6 +103,13 @@ pub(crate) fn render(s: &Snapshot) -> String {
 
     family(
         &mut o,
+        "ramjet_connections_parked",
+        "gauge",
+        "Idle keep-alive connections waiting without a task (counted as idle too).",
+    );
+    let _ = writeln!(o, "ramjet_connections_parked {}", c.parked);
+    family(
+        &mut o,
         "ramjet_worker_requests_total",
         "counter",
         "Requests answered by each worker.",

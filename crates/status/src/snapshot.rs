@@ -60,6 +60,8 @@ pub struct Connections {
     pub reading: u64,
     pub idle: u64,
     pub writing: u64,
+    /// Idle ones waiting without a task (counted in `idle` too).
+    pub parked: u64,
     /// Open and none of the above: being answered (a file loading, a backend).
     pub working: u64,
     pub accepted: u64,
@@ -138,6 +140,7 @@ impl Snapshot {
             c.reading += w.waiting(Waiting::Reading).get();
             c.idle += w.waiting(Waiting::Idle).get();
             c.writing += w.waiting(Waiting::Writing).get();
+            c.parked += w.parked.get();
             c.accepted += w.accepted.get();
             cache_hits += w.cache_hits.get();
             cache_misses += w.cache_misses.get();

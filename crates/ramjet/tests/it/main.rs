@@ -12,6 +12,7 @@ mod edges;
 mod files;
 mod lifecycle;
 mod observe;
+mod park;
 mod protect;
 mod proxy;
 mod proxy_real;

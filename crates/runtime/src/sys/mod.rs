@@ -6,7 +6,9 @@
 
 mod file;
 mod inotify;
+mod memory;
 mod process;
+mod ready_set;
 mod residency;
 mod send;
 mod socket;
@@ -15,7 +17,9 @@ pub use file::{
     blocking_read_dir, is_symlink_loop, open_beneath, stat_beneath, FileStat, OpenPolicy,
 };
 pub use inotify::{Change, DirWatch};
+pub use memory::trim_heap;
 pub use process::{pin_to_cpu, raise_nofile_limit};
+pub use ready_set::ReadySet;
 pub use residency::{blocking_warm, is_resident};
 pub use send::{sendfile, writev_more};
 pub use socket::bind_address_no_port;

@@ -1,0 +1,113 @@
+//! Idle keep-alive connections leave their tasks for the worker's parking lot and come
+//! back when they have a request; their keep-alive timeout, shutdown, reloads and limits
+//! hold while parked.
+
+use std::io::Read;
+use std::time::Duration;
+
+use ramjet_testkit::Server;
+use serde_json::Value;
+
+/// The status page's connection counts.
+fn connections(s: &Server) -> Value {
+    let (ok, body) = crate::curl(&[&s.url("/server-status?json")]);
+    assert!(ok);
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    v["connections"].clone()
+}
+
+/// Wait until `n` connections are parked.
+fn parked(s: &Server, n: u64) {
+    crate::poll_until(|| (connections(s)["parked"].as_u64() == Some(n)).then_some(()));
+}
+
+const STATUS: &str =
+    "[[location]]\nroot = \"root\"\n[[location]]\npath = \"/server-status\"\nhandlers = [\"status\"]\n";
+
+#[test]
+fn a_parked_connection_serves_its_next_requests() {
+    let s = crate::server_with(&[("a.txt", b"a"), ("b.txt", b"bb")], STATUS);
+    let mut c = s.client();
+    c.send(b"GET /a.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).text(), "a");
+    parked(&s, 1);
+    // Pipelined requests arriving at a parked connection are all answered, in order.
+    c.send(b"GET /b.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /a.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).text(), "bb");
+    assert_eq!(c.response(false).text(), "a");
+    // Parked again, and a request in two pieces.
+    parked(&s, 1);
+    c.send(b"GET /b.txt HT");
+    std::thread::sleep(Duration::from_millis(50));
+    c.send(b"TP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).text(), "bb");
+    // A client that goes away while parked is closed and forgotten.
+    parked(&s, 1);
+    drop(c);
+    parked(&s, 0);
+    assert_eq!(connections(&s)["open"], 1, "only the status request's own");
+    s.assert_clean_log(&[]);
+}
+
+#[test]
+fn keepalive_timeout_shutdown_and_reload_hold_while_parked() {
+    let config = format!("[timeouts]\nkeepalive = \"1s\"\n{STATUS}");
+    let mut s = crate::server_with(&[("v.txt", b"one")], &config);
+    // The keep-alive timeout closes a parked connection.
+    let mut c = s.client();
+    c.send(b"GET /v.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).text(), "one");
+    assert!(c.closed(), "closed after the keep-alive timeout");
+    // A reload while parked: the connection's next request sees the new configuration.
+    let mut c = s.client();
+    c.send(b"GET /v.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).text(), "one");
+    std::fs::create_dir_all(s.path("root2")).unwrap();
+    std::fs::write(s.path("root2/v.txt"), "two").unwrap();
+    s.rewrite_config(&format!(
+        "[timeouts]\nkeepalive = \"30s\"\n{}",
+        STATUS.replace("\"root\"", "\"root2\"")
+    ));
+    s.signal(libc::SIGHUP);
+    assert!(s.wait_for_log("configuration reloaded", Duration::from_secs(10)));
+    c.send(b"GET /v.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).text(), "two");
+    // Shutdown closes parked connections at once instead of waiting out the timeout.
+    parked(&s, 1);
+    let mut raw = std::net::TcpStream::connect(s.addr).unwrap();
+    use std::io::Write;
+    raw.write_all(b"GET /v.txt HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 512];
+    let n = raw.read(&mut buf).unwrap();
+    assert!(n > 0);
+    parked(&s, 2);
+    s.signal(libc::SIGTERM);
+    let status = s.wait_exit(Duration::from_secs(10));
+    assert!(status.success());
+    assert!(c.closed());
+}
+
+#[test]
+fn a_parked_connection_keeps_its_place_in_the_per_client_limit() {
+    let s = crate::server_with(
+        &[("a.txt", b"a")],
+        &format!("[limits]\nmax_connections_per_client = 1\n{STATUS}"),
+    );
+    let mut c = s.client();
+    c.send(b"GET /a.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).text(), "a");
+    // Parked (seen from another address, which has its own limit).
+    crate::poll_until(|| {
+        let (ok, body) = crate::curl(&["--interface", "127.0.0.2", &s.url("/server-status?json")]);
+        let v: Value = serde_json::from_slice(&body).ok()?;
+        (ok && v["connections"]["parked"] == 1).then_some(())
+    });
+    let mut second = s.client();
+    second.send(b"GET /a.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(second.response(false).status, 429);
+    // The parked one still works.
+    c.send(b"GET /a.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).text(), "a");
+    s.assert_clean_log(&[]);
+}
