@@ -8,7 +8,9 @@
 #
 #   bench/slow-downloads.sh [CONNECTIONS=100000] [RATE=8kbit] [DURATION=60s] [OUT=bench/results/DATE-slow]
 # Environment: SEND_BUFFER (server SO_SNDBUF, default 4k), RECV_BUFFER (client SO_RCVBUF,
-# default 4096), READ_EVERY (client read period, default 2s), SERVERS (server processes).
+# default 4096), READ_EVERY (client read period, default 2s), SERVERS (server processes),
+# SERVER (ramjet, or nginx: the same run against nginx with SERVERS worker processes,
+# sendfile, the same send buffer and the same CPU, for the memory comparison).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-100000}
@@ -22,6 +24,7 @@ SEND_BUFFER=${SEND_BUFFER:-4k}
 RECV_BUFFER=${RECV_BUFFER:-4096}
 READ_EVERY=${READ_EVERY:-2s}
 BIN=target/release/ramjet
+SERVER=${SERVER:-ramjet}
 WORK=$(mktemp -d /tmp/ramjet-slow.XXXXXX)
 HARD=$(ulimit -Hn)
 # Servers: enough processes that none needs more than ~70% of its open-file limit, as the
@@ -31,6 +34,8 @@ SERVERS=${SERVERS:-$(( (N * 10 / 7 + HARD - 1) / HARD ))}
 mkdir -p "$OUT" "$WORK/www"
 cargo build --release --quiet
 head -c $((16 << 20)) /dev/urandom > "$WORK/www/file.bin"
+# Readable by a server that drops privileges (nginx workers run as www-data).
+chmod 755 "$WORK" "$WORK/www"; chmod 644 "$WORK/www/file.bin"
 cat > "$WORK/ramjet.toml" <<TOML
 listen = ["127.0.0.1:$PORT"]
 workers = 1
@@ -44,24 +49,55 @@ TOML
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
-for i in $(seq 1 "$SERVERS"); do
-  taskset -c 0 "$BIN" serve --config "$WORK/ramjet.toml" 2>"$WORK/server-$i.log" &
+if [ "$SERVER" = nginx ]; then
+  cat > "$WORK/nginx.conf" <<NGINX
+worker_processes $SERVERS;
+worker_rlimit_nofile $HARD;
+pid $WORK/nginx.pid;
+error_log $WORK/nginx-error.log;
+daemon off;
+events { worker_connections $HARD; }
+http {
+  access_log off;
+  sendfile on;
+  keepalive_timeout 65;
+  server {
+    listen 127.0.0.1:$PORT reuseport sndbuf=$SEND_BUFFER;
+    root $WORK/www;
+  }
+}
+NGINX
+  taskset -c 0 nginx -c "$WORK/nginx.conf" 2>"$WORK/server-1.log" &
   pids+=($!)
-done
+else
+  for i in $(seq 1 "$SERVERS"); do
+    taskset -c 0 "$BIN" serve --config "$WORK/ramjet.toml" 2>"$WORK/server-$i.log" &
+    pids+=($!)
+  done
+fi
 for _ in $(seq 1 100); do
   curl -s -o /dev/null "http://127.0.0.1:$PORT/file.bin" --max-time 1 -r 0-0 && break
   sleep 0.1
 done
+# Every server process (nginx: the master and its workers), and their RSS before the load.
+server_pids() {
+  for p in "${pids[@]}"; do echo "$p"; pgrep -P "$p" 2>/dev/null || true; done
+}
+rss_all() {
+  local total=0 r
+  for p in $(server_pids); do
+    r=$(awk '/VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0); total=$((total + r))
+  done
+  echo "$total"
+}
+base_rss=$(rss_all)
 
 # Sample the kernel's TCP memory and the servers' memory and connections while it runs.
 (
   peak_mem=0; peak_inuse=0; peak_rss=0
   while sleep 2; do
     read -r inuse mem < <(awk '/^TCP:/ {print $3, $11}' /proc/net/sockstat)
-    rss=0
-    for p in "${pids[@]}"; do
-      r=$(awk '/VmRSS/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0); rss=$((rss + r))
-    done
+    rss=$(rss_all)
     [ "$inuse" -gt "$peak_inuse" ] && peak_inuse=$inuse
     [ "$mem" -gt "$peak_mem" ] && peak_mem=$mem
     [ "$rss" -gt "$peak_rss" ] && peak_rss=$rss
@@ -80,7 +116,11 @@ read -r peak_inuse peak_mem peak_rss < "$WORK/peak" || true
   echo
   echo "Run $(date -u '+%F %H:%M UTC') on $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r)."
   echo "Command: \`bench/slow-downloads.sh $N $RATE $DURATION\`, which ran \`${CMD[*]}\`"
-  echo "against $SERVERS \`ramjet serve\` processes (1 worker each, one SO_REUSEPORT port, all on CPU 0) serving a 16 MiB file, \`[limits] send_buffer = \"$SEND_BUFFER\"\`; client SO_RCVBUF $RECV_BUFFER, one read per connection every $READ_EVERY."
+  if [ "$SERVER" = nginx ]; then
+    echo "against nginx $(nginx -v 2>&1 | sed 's/.*\///') with $SERVERS worker processes (reuseport, sendfile, \`sndbuf=$SEND_BUFFER\`, all on CPU 0) serving a 16 MiB file; client SO_RCVBUF $RECV_BUFFER, one read per connection every $READ_EVERY."
+  else
+    echo "against $SERVERS \`ramjet serve\` processes (1 worker each, one SO_REUSEPORT port, all on CPU 0) serving a 16 MiB file, \`[limits] send_buffer = \"$SEND_BUFFER\"\`; client SO_RCVBUF $RECV_BUFFER, one read per connection every $READ_EVERY."
+  fi
   echo
   echo '```'
   cat "$WORK/bench.txt"
@@ -93,7 +133,12 @@ read -r peak_inuse peak_mem peak_rss < "$WORK/peak" || true
   echo "| net.ipv4.tcp_mem (pages: low, pressure, high) | $(tr '\t' ' ' < /proc/sys/net/ipv4/tcp_mem) |"
   echo "| peak TCP sockets in use (both ends) | ${peak_inuse:-?} |"
   echo "| peak TCP memory (pages of 4 KiB) | ${peak_mem:-?} |"
-  echo "| peak RSS of all ramjet servers (KiB) | ${peak_rss:-?} |"
+  established=$(grep -oE '^ *[0-9]+ of [0-9]+ connections established' "$WORK/bench.txt" | awk '{print $1}')
+  echo "| RSS of all $SERVER processes before the load (KiB) | $base_rss |"
+  echo "| peak RSS of all $SERVER processes (KiB) | ${peak_rss:-?} |"
+  if [ -n "$established" ] && [ "$established" -gt 0 ] && [ -n "${peak_rss:-}" ]; then
+    echo "| user-space memory per download: (peak - before) / established (KiB) | $(awk -v p="$peak_rss" -v b="$base_rss" -v n="$established" 'BEGIN {printf "%.2f", (p - b) / n}') |"
+  fi
   echo "| server processes | $SERVERS |"
   echo "| elapsed (s) | $(( $(date +%s) - start )) |"
 } > "$OUT/report.md"

@@ -529,6 +529,9 @@ impl Conn {
                 sent: sent.clone(),
             })
         });
+        if listed.is_some() {
+            self.shrink_buffer(w);
+        }
         let progress = listed.as_ref().map(|_| &*sent);
         let timeout = self.generation.config.timeouts.send;
         match &self.throttle {
@@ -542,6 +545,52 @@ impl Conn {
                 self.out.flush(&sink, timeout, progress).await
             }
         }
+    }
+
+    /// Before a long download: keep only what the access log and the next requests need
+    /// from the read buffer (the logged fields and any pipelined input) in a buffer of
+    /// their size, and give the 4 KiB one back to the worker's pool, so a slow download
+    /// does not hold it for minutes.
+    fn shrink_buffer<C: Content>(&mut self, w: &HttpWorker<C>) {
+        if self.buf.capacity() != READ_BUFFER {
+            return;
+        }
+        let fields = |p: &Pending| {
+            [
+                Some(&p.line),
+                p.host.as_ref(),
+                p.referer.as_ref(),
+                p.user_agent.as_ref(),
+            ]
+            .into_iter()
+            .flatten()
+            .map(|r| r.len())
+            .sum::<usize>()
+        };
+        let rest = self.buf.len() - self.start;
+        let need: usize = self.pending.iter().map(fields).sum::<usize>() + rest;
+        if need >= READ_BUFFER / 2 {
+            return;
+        }
+        let mut small = Vec::with_capacity(need);
+        let keep = |r: &mut Range<usize>, small: &mut Vec<u8>| {
+            let at = small.len();
+            small.extend_from_slice(&self.buf[r.clone()]);
+            *r = at..small.len();
+        };
+        for p in &mut self.pending {
+            keep(&mut p.line, &mut small);
+            for r in [&mut p.host, &mut p.referer, &mut p.user_agent]
+                .into_iter()
+                .flatten()
+            {
+                keep(r, &mut small);
+            }
+        }
+        let start = small.len();
+        small.extend_from_slice(&self.buf[self.start..]);
+        self.start = start;
+        w.give_buffer(std::mem::replace(&mut self.buf, small));
     }
 
     fn log<C: Content>(&mut self, w: &HttpWorker<C>) {

@@ -360,3 +360,40 @@ fn issue11_term_ends_the_process_even_when_a_worker_spins() {
     );
     assert!(s.wait_for_log("did not stop within", Duration::from_secs(5)));
 }
+
+#[test]
+fn a_long_download_gives_back_its_read_buffer_and_still_logs_and_pipelines() {
+    // At 2 MiB the download is listed and its 4 KiB read buffer is shrunk to the logged
+    // fields and the pipelined input; both must survive.
+    let big = bytes(2 * 1024 * 1024, 11);
+    let s = server_with(
+        &[("big.bin", &big), ("ok.txt", b"ok")],
+        "[log]\naccess = \"{dir}/access.log\"\n",
+    );
+    let mut c = s.client();
+    c.send(
+        b"GET /big.bin HTTP/1.1\r\nHost: t\r\nReferer: http://r.example/\r\nUser-Agent: mirror-tool/1.0\r\n\r\n\
+          GET /ok.txt HTTP/1.1\r\nHost: t\r\nUser-Agent: second\r\n\r\n",
+    );
+    let r = c.response(false);
+    assert_eq!(r.status, 200);
+    assert!(r.body == big, "the download is intact");
+    assert_eq!(c.response(false).text(), "ok");
+    crate::poll_until(|| {
+        let log = std::fs::read_to_string(s.path("access.log")).ok()?;
+        let lines: Vec<&str> = log.lines().collect();
+        (lines.len() == 2).then_some(())?;
+        assert!(
+            lines[0].contains(
+                "\"GET /big.bin HTTP/1.1\" 200 2097152 \"http://r.example/\" \"mirror-tool/1.0\""
+            ),
+            "{log}"
+        );
+        assert!(
+            lines[1].contains("\"GET /ok.txt HTTP/1.1\" 200 2 \"-\" \"second\""),
+            "{log}"
+        );
+        Some(())
+    });
+    s.assert_clean_log(&[]);
+}
