@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The mirror scenario: hold N concurrent slow downloads from ramjet on this machine.
 #
-# Starts SERVERS `ramjet serve` processes sharing one port (SO_REUSEPORT; each process may
-# hold at most the per-process open-file limit, 20,000 here), all on CPU 0, and runs
+# Starts `ramjet serve --processes SERVERS` (processes sharing one port through SO_REUSEPORT;
+# each may hold at most the per-process open-file limit, 20,000 here), all on CPU 0, and runs
 # `ramjet bench --slow` on CPU 1, which spreads the connections over enough processes and
 # 127.0.0.x source addresses. Writes OUT/report.md with what held and what limited it.
 #
@@ -70,10 +70,8 @@ NGINX
   taskset -c 0 nginx -c "$WORK/nginx.conf" 2>"$WORK/server-1.log" &
   pids+=($!)
 else
-  for i in $(seq 1 "$SERVERS"); do
-    taskset -c 0 "$BIN" serve --config "$WORK/ramjet.toml" 2>"$WORK/server-$i.log" &
-    pids+=($!)
-  done
+  taskset -c 0 "$BIN" serve --config "$WORK/ramjet.toml" --processes "$SERVERS" 2>"$WORK/server-1.log" &
+  pids+=($!)
 fi
 for _ in $(seq 1 100); do
   curl -s -o /dev/null "http://127.0.0.1:$PORT/file.bin" --max-time 1 -r 0-0 && break
@@ -119,7 +117,7 @@ read -r peak_inuse peak_mem peak_rss < "$WORK/peak" || true
   if [ "$SERVER" = nginx ]; then
     echo "against nginx $(nginx -v 2>&1 | sed 's/.*\///') with $SERVERS worker processes (reuseport, sendfile, \`sndbuf=$SEND_BUFFER\`, all on CPU 0) serving a 16 MiB file; client SO_RCVBUF $RECV_BUFFER, one read per connection every $READ_EVERY."
   else
-    echo "against $SERVERS \`ramjet serve\` processes (1 worker each, one SO_REUSEPORT port, all on CPU 0) serving a 16 MiB file, \`[limits] send_buffer = \"$SEND_BUFFER\"\`; client SO_RCVBUF $RECV_BUFFER, one read per connection every $READ_EVERY."
+    echo "against \`ramjet serve --processes $SERVERS\` (1 worker each, one SO_REUSEPORT port, all on CPU 0) serving a 16 MiB file, \`[limits] send_buffer = \"$SEND_BUFFER\"\`; client SO_RCVBUF $RECV_BUFFER, one read per connection every $READ_EVERY."
   fi
   echo
   echo '```'

@@ -74,7 +74,15 @@ struct ServeArgs {
     /// Access log target when no --config is given: off, stdout, stderr or a path.
     #[arg(long, conflicts_with = "config")]
     access_log: Option<String>,
+    /// Server processes sharing the listeners (SO_REUSEPORT), each with its own workers
+    /// and open-file limit: for more connections than one process may hold. This process
+    /// starts them, passes signals on (TERM, INT, HUP, USR1) and ends when they have.
+    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    processes: usize,
 }
+
+/// Set in the processes a `--processes N` parent starts: their index.
+const PROCESS_ENV: &str = "RAMJET_PROCESS";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -132,6 +140,10 @@ fn load(args: &ServeArgs) -> anyhow::Result<Resolved> {
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let resolved = load(&args)?;
     ramjet_observe::init_diagnostics(&resolved.log_level);
+    let child = std::env::var_os(PROCESS_ENV).is_some();
+    if args.processes > 1 && !child {
+        return supervise(&args, &resolved);
+    }
     match ramjet_runtime::sys::raise_nofile_limit(WANTED_FILES) {
         Ok(n) if n < WANTED_FILES => tracing::info!(
             "open files limited to {n} per process (hard limit); more concurrent connections need more processes"
@@ -148,6 +160,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         &resolved.listen,
         resolved.workers,
         resolved.limits.send_buffer,
+        child,
     )?;
     let access_log = AccessLog::open(&resolved.access_log).context("opening the access log")?;
     let workers = resolved.workers;
@@ -212,6 +225,80 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         return Err(anyhow::anyhow!("{stuck} worker(s) did not stop in time"));
     }
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// `--processes N`: check the addresses are free, start N server processes of this binary
+/// with the same arguments (they share the listeners through SO_REUSEPORT), pass signals
+/// on, and end when they have all ended (an error if one failed).
+fn supervise(args: &ServeArgs, resolved: &Resolved) -> anyhow::Result<()> {
+    if resolved.listen.iter().any(|a| a.port() == 0) {
+        anyhow::bail!("--processes needs fixed ports: with port 0 each process would get its own");
+    }
+    ramjet_runtime::claim_all(&resolved.listen)?;
+    let exe = std::env::current_exe().context("finding this program to start its processes")?;
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let mut children = Vec::new();
+    for i in 0..args.processes {
+        let child = std::process::Command::new(&exe)
+            .args(&argv)
+            .env(PROCESS_ENV, i.to_string())
+            .spawn()
+            .with_context(|| format!("starting server process {i}"))?;
+        children.push(child);
+    }
+    tracing::info!("{} server processes started", children.len());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut signals = rt.block_on(async { Signals::install() })?;
+    let mut failed = 0;
+    let mut running: Vec<Option<std::process::Child>> = children.into_iter().map(Some).collect();
+    rt.block_on(async {
+        let mut poll = tokio::time::interval(std::time::Duration::from_millis(100));
+        let mut stopping = false;
+        loop {
+            for slot in running.iter_mut() {
+                if let Some(c) = slot {
+                    if let Ok(Some(status)) = c.try_wait() {
+                        if !status.success() {
+                            failed += 1;
+                            if !stopping {
+                                tracing::error!("server process {} ended: {status}", c.id());
+                            }
+                        }
+                        *slot = None;
+                    }
+                }
+            }
+            if running.iter().all(Option::is_none) {
+                return;
+            }
+            let ids: Vec<u32> = running.iter().flatten().map(|c| c.id()).collect();
+            tokio::select! {
+                _ = poll.tick() => {}
+                s = signals.next() => {
+                    let sig = match s {
+                        Signal::Stop => { stopping = true; "TERM" }
+                        Signal::Reload => "HUP",
+                        Signal::ReopenLogs => "USR1",
+                        Signal::Upgrade => {
+                            tracing::warn!("USR2 (binary upgrade) is not implemented yet; ignored");
+                            continue;
+                        }
+                    };
+                    for id in ids {
+                        if let Err(e) = ramjet_runtime::sys::send_signal(id, sig) {
+                            tracing::debug!("process {id}: {sig}: {e}");
+                        }
+                    }
+                }
+            }
+        }
+    });
+    if failed > 0 {
+        anyhow::bail!("{failed} server process(es) failed");
+    }
     Ok(())
 }
 

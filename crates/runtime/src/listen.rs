@@ -23,15 +23,19 @@ pub struct Listeners {
 /// same port is then used by the other workers. An IPv6 wildcard that cannot be bound
 /// because the host has no IPv6 is skipped with a warning.
 /// `send_buffer` sets SO_SNDBUF on the listeners, which accepted sockets inherit.
+/// `shared`: this is one of the processes of `--processes N`, whose parent claimed the
+/// addresses for all of them (no probe here: the siblings listen there already).
 pub fn bind(
     addrs: &[SocketAddr],
     workers: usize,
     send_buffer: Option<usize>,
+    shared: bool,
 ) -> io::Result<Listeners> {
     let mut per_worker: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
     let mut bound = Vec::new();
     for &want in addrs {
-        let first = match claim(want).and_then(|()| open(want, send_buffer)) {
+        let claimed = if shared { Ok(()) } else { claim(want) };
+        let first = match claimed.and_then(|()| open(want, send_buffer)) {
             Ok(s) => s,
             Err(e) if want.is_ipv6() && want.ip().is_unspecified() && is_no_ipv6(&e) => {
                 tracing::warn!("skipping {want}: IPv6 is not available on this host ({e})");
@@ -53,6 +57,20 @@ pub fn bind(
         per_worker,
         addrs: bound,
     })
+}
+
+/// Check that no other process listens on any of `addrs` (what [`bind`] checks first), for
+/// a parent that starts the processes which will listen there. An IPv6 wildcard on a host
+/// without IPv6 is passed over, as `bind` skips it.
+pub fn claim_all(addrs: &[SocketAddr]) -> io::Result<()> {
+    for &a in addrs {
+        match claim(a) {
+            Ok(()) => {}
+            Err(e) if a.is_ipv6() && a.ip().is_unspecified() && is_no_ipv6(&e) => {}
+            Err(e) => return Err(explain(a, e)),
+        }
+    }
+    Ok(())
 }
 
 /// Refuse an address that another process already listens on, a second ramjet included.

@@ -397,3 +397,112 @@ fn a_long_download_gives_back_its_read_buffer_and_still_logs_and_pipelines() {
     });
     s.assert_clean_log(&[]);
 }
+
+/// A free loopback port (bound and released: good enough for a test on loopback).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn processes_share_the_port_and_take_signals_from_their_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "a").unwrap();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut parent = std::process::Command::new(crate::BIN)
+        .arg("serve")
+        .arg(dir.path())
+        .args(["--listen", &listen, "--processes", "3", "--workers", "1"])
+        .args(["--access-log", "off"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = parent.stderr.take().unwrap();
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for l in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            sink.lock().unwrap().push(l);
+        }
+    });
+    let count = |needle: &str| {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
+    };
+    crate::poll_until(|| (count("listening on") == 3).then_some(()));
+    let children: Vec<u32> = std::fs::read_to_string(format!(
+        "/proc/{}/task/{}/children",
+        parent.id(),
+        parent.id()
+    ))
+    .unwrap()
+    .split_whitespace()
+    .map(|p| p.parse().unwrap())
+    .collect();
+    assert_eq!(children.len(), 3);
+    for _ in 0..20 {
+        let (ok, body) = crate::curl(&[&format!("http://{listen}/a.txt")]);
+        assert!(ok);
+        assert_eq!(body, b"a");
+    }
+    // Another instance on the same port is still refused.
+    let second = std::process::Command::new(crate::BIN)
+        .arg("serve")
+        .arg(dir.path())
+        .args(["--listen", &listen, "--access-log", "off"])
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    assert!(String::from_utf8_lossy(&second.stderr).contains("another process is listening there"));
+    // HUP to the parent reloads every process; TERM stops them all.
+    let kill = |sig: &str, pid: u32| {
+        assert!(std::process::Command::new("kill")
+            .args([sig, &pid.to_string()])
+            .status()
+            .unwrap()
+            .success());
+    };
+    kill("-HUP", parent.id());
+    crate::poll_until(|| (count("configuration reloaded") == 3).then_some(()));
+    kill("-TERM", parent.id());
+    let end = Instant::now() + Duration::from_secs(15);
+    let status = loop {
+        if let Some(s) = parent.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < end, "the parent did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success());
+    for c in children {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{c}")).exists()
+                || std::fs::read_to_string(format!("/proc/{c}/stat"))
+                    .map_or(true, |s| s.contains(") Z ")),
+            "process {c} still runs"
+        );
+    }
+    // A port of 0 cannot be shared.
+    let zero = std::process::Command::new(crate::BIN)
+        .arg("serve")
+        .arg(dir.path())
+        .args(["--listen", "127.0.0.1:0", "--processes", "2"])
+        .output()
+        .unwrap();
+    assert!(!zero.status.success());
+    assert!(String::from_utf8_lossy(&zero.stderr).contains("fixed ports"));
+}

@@ -39,3 +39,18 @@ pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
     rustix::thread::sched_setaffinity(None, &set)?;
     Ok(())
 }
+
+/// Send signal `sig` (`"TERM"`, `"HUP"`, `"USR1"`, `"INT"`) to process `pid`.
+pub fn send_signal(pid: u32, sig: &str) -> io::Result<()> {
+    use rustix::process::{kill_process, Pid, Signal};
+    let sig = match sig {
+        "TERM" => Signal::TERM,
+        "INT" => Signal::INT,
+        "HUP" => Signal::HUP,
+        "USR1" => Signal::USR1,
+        _ => return Err(io::Error::other(format!("unknown signal {sig}"))),
+    };
+    let pid = Pid::from_raw(pid as i32).ok_or_else(|| io::Error::other("pid 0"))?;
+    kill_process(pid, sig)?;
+    Ok(())
+}
