@@ -23,6 +23,9 @@ PORT=18090
 SEND_BUFFER=${SEND_BUFFER:-4k}
 RECV_BUFFER=${RECV_BUFFER:-4096}
 READ_EVERY=${READ_EVERY:-2s}
+# Connection attempts in flight per client process: more ramps faster but overflows the
+# servers' accept queues when the CPU is saturated (the dropped handshakes become timeouts).
+CONNECT_CONCURRENCY=${CONNECT_CONCURRENCY:-64}
 BIN=target/release/ramjet
 SERVER=${SERVER:-ramjet}
 WORK=$(mktemp -d /tmp/ramjet-slow.XXXXXX)
@@ -104,8 +107,10 @@ base_rss=$(rss_all)
 ) &
 sampler=$!
 
-CMD=("$BIN" bench --slow -c "$N" -d "$DURATION" --throttle "$RATE" --recv-buffer "$RECV_BUFFER" --read-every "$READ_EVERY" --cpus 1 --no-progress "http://127.0.0.1:$PORT/file.bin")
+CMD=("$BIN" bench --slow -c "$N" -d "$DURATION" --throttle "$RATE" --recv-buffer "$RECV_BUFFER" --read-every "$READ_EVERY" --connect-concurrency "$CONNECT_CONCURRENCY" --cpus 1 --no-progress "http://127.0.0.1:$PORT/file.bin")
 start=$(date +%s)
+overflows() { awk '/^TcpExt:/ { if (!h) { for (i = 1; i <= NF; i++) if ($i == "ListenOverflows") c = i; h = 1 } else print $c }' /proc/net/netstat; }
+overflows_before=$(overflows)
 "${CMD[@]}" | tee "$WORK/bench.txt"
 kill "$sampler" 2>/dev/null || true
 read -r peak_inuse peak_mem peak_rss < "$WORK/peak" || true
@@ -113,7 +118,7 @@ read -r peak_inuse peak_mem peak_rss < "$WORK/peak" || true
   echo "# Slow downloads: $N connections at $RATE each for $DURATION"
   echo
   echo "Run $(date -u '+%F %H:%M UTC') on $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r)."
-  echo "Command: \`bench/slow-downloads.sh $N $RATE $DURATION\`, which ran \`${CMD[*]}\`"
+  echo "Command: \`SERVER=$SERVER SERVERS=$SERVERS READ_EVERY=$READ_EVERY SEND_BUFFER=$SEND_BUFFER CONNECT_CONCURRENCY=$CONNECT_CONCURRENCY bench/slow-downloads.sh $N $RATE $DURATION\`, which ran \`${CMD[*]}\`"
   if [ "$SERVER" = nginx ]; then
     echo "against nginx $(nginx -v 2>&1 | sed 's/.*\///') with $SERVERS worker processes (reuseport, sendfile, \`sndbuf=$SEND_BUFFER\`, all on CPU 0) serving a 16 MiB file; client SO_RCVBUF $RECV_BUFFER, one read per connection every $READ_EVERY."
   else
@@ -137,6 +142,7 @@ read -r peak_inuse peak_mem peak_rss < "$WORK/peak" || true
   if [ -n "$established" ] && [ "$established" -gt 0 ] && [ -n "${peak_rss:-}" ]; then
     echo "| user-space memory per download: (peak - before) / established (KiB) | $(awk -v p="$peak_rss" -v b="$base_rss" -v n="$established" 'BEGIN {printf "%.2f", (p - b) / n}') |"
   fi
+  echo "| accept-queue overflows during the run (ListenOverflows) | $(( $(overflows) - overflows_before )) |"
   echo "| server processes | $SERVERS |"
   echo "| elapsed (s) | $(( $(date +%s) - start )) |"
 } > "$OUT/report.md"

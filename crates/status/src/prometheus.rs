@@ -6,7 +6,7 @@
 
 use std::fmt::Write;
 
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, UpstreamServerCounts};
 
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
@@ -171,66 +171,45 @@ pub(crate) fn render(s: &Snapshot) -> String {
     );
     let _ = writeln!(o, "ramjet_downloads {}", s.downloads_in_progress);
 
-    if !s.upstreams.is_empty() {
-        family(
-            &mut o,
+    type Value = fn(&UpstreamServerCounts) -> String;
+    let upstream: [(&str, &str, &str, Value); 4] = [
+        (
             "ramjet_upstream_requests_total",
             "counter",
             "Attempts sent to each upstream server.",
-        );
-        for u in &s.upstreams {
-            let _ = writeln!(
-                o,
-                "ramjet_upstream_requests_total{{upstream=\"{}\",server=\"{}\"}} {}",
-                label(&u.upstream),
-                label(&u.server),
-                u.requests
-            );
-        }
-        family(
-            &mut o,
+            |u| u.requests.to_string(),
+        ),
+        (
             "ramjet_upstream_failures_total",
             "counter",
             "Attempts that failed (connect, timeout, closed, invalid response).",
-        );
-        for u in &s.upstreams {
-            let _ = writeln!(
-                o,
-                "ramjet_upstream_failures_total{{upstream=\"{}\",server=\"{}\"}} {}",
-                label(&u.upstream),
-                label(&u.server),
-                u.failures
-            );
-        }
-        family(
-            &mut o,
+            |u| u.failures.to_string(),
+        ),
+        (
             "ramjet_upstream_in_flight",
             "gauge",
             "Requests waiting on each upstream server now.",
-        );
-        for u in &s.upstreams {
-            let _ = writeln!(
-                o,
-                "ramjet_upstream_in_flight{{upstream=\"{}\",server=\"{}\"}} {}",
-                label(&u.upstream),
-                label(&u.server),
-                u.in_flight
-            );
-        }
-        family(
-            &mut o,
+            |u| u.in_flight.to_string(),
+        ),
+        (
             "ramjet_upstream_header_seconds_total",
             "counter",
             "Time from sending a request to its response head, summed (divide by the requests for the mean).",
-        );
-        for u in &s.upstreams {
-            let _ = writeln!(
-                o,
-                "ramjet_upstream_header_seconds_total{{upstream=\"{}\",server=\"{}\"}} {:.6}",
-                label(&u.upstream),
-                label(&u.server),
-                u.header_seconds
-            );
+            |u| format!("{:.6}", u.header_seconds),
+        ),
+    ];
+    if !s.upstreams.is_empty() {
+        for (name, kind, help, value) in upstream {
+            family(&mut o, name, kind, help);
+            for u in &s.upstreams {
+                let _ = writeln!(
+                    o,
+                    "{name}{{upstream=\"{}\",server=\"{}\"}} {}",
+                    label(&u.upstream),
+                    label(&u.server),
+                    value(u)
+                );
+            }
         }
     }
     o
