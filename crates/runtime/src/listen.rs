@@ -9,6 +9,9 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 /// Accept queue length; the kernel caps it at net.core.somaxconn (4096 here).
 const BACKLOG: i32 = 4096;
+/// `TCP_DEFER_ACCEPT`: how long a connection that has sent nothing waits in the kernel
+/// before it is accepted anyway.
+const DEFER_ACCEPT_SECS: u32 = 1;
 
 /// Listeners for each worker: `per_worker[w]` holds worker w's sockets, one per address.
 #[derive(Debug)]
@@ -109,6 +112,14 @@ fn open(addr: SocketAddr, send_buffer: Option<usize>) -> io::Result<TcpListener>
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     socket.listen(BACKLOG)?;
+    // One wake-up per new connection instead of two (accept, then its request). Not
+    // essential: a kernel without it still serves.
+    {
+        use std::os::fd::AsFd;
+        if let Err(e) = crate::sys::defer_accept(socket.as_fd(), DEFER_ACCEPT_SECS) {
+            tracing::debug!("{addr}: TCP_DEFER_ACCEPT: {e}");
+        }
+    }
     Ok(socket.into())
 }
 

@@ -506,3 +506,30 @@ fn processes_share_the_port_and_take_signals_from_their_parent() {
     assert!(!zero.status.success());
     assert!(String::from_utf8_lossy(&zero.stderr).contains("fixed ports"));
 }
+
+/// Listeners defer accepting until a connection's first bytes arrive (TCP_DEFER_ACCEPT);
+/// a client that connects and sends nothing must still be dealt with: accepted after the
+/// deferral, then closed by the header timeout, not left open for ever.
+#[test]
+fn a_connection_that_sends_nothing_is_still_closed() {
+    let s = server_with(&[("a.txt", b"a")], "[timeouts]\nheader = \"1s\"\n");
+    let mut silent = TcpStream::connect(s.addr).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let started = Instant::now();
+    let mut buf = [0u8; 256];
+    // EOF (or a reset) within the deferral plus the header timeout, generously bounded.
+    match silent.read(&mut buf) {
+        Ok(n) => assert!(n == 0 || String::from_utf8_lossy(&buf[..n]).contains("408")),
+        Err(e) => assert_ne!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock,
+            "still open after 30 s"
+        ),
+    }
+    assert!(started.elapsed() < Duration::from_secs(30));
+    // Meanwhile and after, others are served at once.
+    assert_eq!(s.get("/a.txt").text(), "a");
+    s.assert_clean_log(&[]);
+}

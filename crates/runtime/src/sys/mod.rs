@@ -22,4 +22,4 @@ pub use process::{pin_to_cpu, raise_nofile_limit, send_signal};
 pub use ready_set::ReadySet;
 pub use residency::{blocking_warm, is_resident};
 pub use send::{sendfile, writev_more};
-pub use socket::bind_address_no_port;
+pub use socket::{bind_address_no_port, defer_accept};

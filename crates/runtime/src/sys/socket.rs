@@ -24,3 +24,28 @@ pub fn bind_address_no_port(socket: BorrowedFd<'_>) -> io::Result<()> {
         Err(io::Error::last_os_error())
     }
 }
+
+/// Hand a listener's connections to `accept` only once their first bytes have arrived
+/// (`TCP_DEFER_ACCEPT`, nginx's `deferred`): the request is then read in the same wake-up as
+/// the accept, instead of the worker waking once for the connection and once more for its
+/// request. A client that sends nothing is still accepted after about `seconds` (the kernel
+/// then completes it on the next ACK), so header timeouts apply to it as before.
+pub fn defer_accept(listener: BorrowedFd<'_>, seconds: u32) -> io::Result<()> {
+    let value = seconds as libc::c_int;
+    // SAFETY: `listener` is a live descriptor for the duration of the call, and the option
+    // value points to a c_int whose size is passed alongside it.
+    let rc = unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
