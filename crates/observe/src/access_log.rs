@@ -86,6 +86,12 @@ impl LogBuffer {
     }
 
     /// Append one line; writes the buffer out when it is full.
+    /// Whether the format records request durations (JSON does; Combined and Common do not,
+    /// and then the pipeline need not read the clock for them).
+    pub fn wants_duration(&self) -> bool {
+        self.log.options.format == crate::LogFormat::Json
+    }
+
     pub fn record(&mut self, entry: &Entry<'_>) {
         if !self.enabled() {
             return;

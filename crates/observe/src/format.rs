@@ -86,7 +86,8 @@ impl Entry<'_> {
         stamp.refresh(self.unix_secs);
         match format {
             LogFormat::Common | LogFormat::Combined => {
-                let _ = write!(out, "{} - - [", self.remote);
+                remote(self.remote, out);
+                out.extend_from_slice(b" - - [");
                 out.extend_from_slice(&stamp.clf);
                 out.extend_from_slice(b"] \"");
                 escape_clf(self.request_line, out);
@@ -133,8 +134,35 @@ impl Entry<'_> {
     }
 }
 
+/// The client address: IPv4 written digit by digit (`core::fmt` costs several hundred
+/// instructions per line here), IPv6 through `Display`.
+fn remote(ip: IpAddr, out: &mut Vec<u8>) {
+    match ip {
+        IpAddr::V4(v4) => {
+            for (i, octet) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b'.');
+                }
+                out.extend_from_slice(itoa::Buffer::new().format(octet).as_bytes());
+            }
+        }
+        IpAddr::V6(_) => {
+            let _ = write!(out, "{ip}");
+        }
+    }
+}
+
+/// Whether a byte needs escaping in a Common/Combined field.
+fn needs_escape(b: u8) -> bool {
+    b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b)
+}
+
 /// nginx-style escaping: `"`, `\` and bytes outside printable ASCII become `\xHH`.
 fn escape_clf(v: &[u8], out: &mut Vec<u8>) {
+    if !v.iter().any(|&b| needs_escape(b)) {
+        out.extend_from_slice(v);
+        return;
+    }
     for &b in v {
         if b == b'"' || b == b'\\' || !(0x20..0x7f).contains(&b) {
             let _ = write!(out, "\\x{b:02X}");
@@ -177,6 +205,22 @@ mod tests {
         assert!(String::from_utf8(out)
             .unwrap()
             .ends_with("HTTP/1.1\" 200 2326\n"));
+    }
+
+    #[test]
+    fn addresses_and_escapes() {
+        let mut out = Vec::new();
+        for ip in ["0.0.0.0", "10.200.3.255", "::1", "2001:db8::7"] {
+            out.clear();
+            remote(ip.parse().unwrap(), &mut out);
+            assert_eq!(out, ip.as_bytes());
+        }
+        out.clear();
+        escape_clf(b"plain /path?x=1", &mut out);
+        assert_eq!(out, b"plain /path?x=1");
+        out.clear();
+        escape_clf(b"a\"b\\c\x01\xff", &mut out);
+        assert_eq!(out, b"a\\x22b\\x5Cc\\x01\\xFF");
     }
 
     #[test]

@@ -604,6 +604,7 @@ impl Conn {
             return;
         }
         let buf = &self.buf;
+        let timed = log.wants_duration();
         let field = |r: &Option<Range<usize>>| r.as_ref().map(|r| &buf[r.clone()]);
         for (i, p) in self.pending.drain(..).enumerate() {
             log.record(&Entry {
@@ -615,7 +616,11 @@ impl Conn {
                 body_bytes: self.out.body_written.get(i).copied().unwrap_or(0),
                 referer: field(&p.referer),
                 user_agent: field(&p.user_agent),
-                micros: p.started.elapsed().as_micros() as u64,
+                micros: if timed {
+                    p.started.elapsed().as_micros() as u64
+                } else {
+                    0
+                },
                 upstream: p.upstream.as_deref(),
             });
         }
