@@ -648,24 +648,35 @@ impl Conn {
             _ => Waiting::Reading,
         }));
         loop {
-            if idle {
+            // Between requests, with nothing held: wait only until it is worth parking. A
+            // shutdown then reaches the connection through the parking lot within
+            // PARK_AFTER, so this wait needs no shutdown notification (registering one per
+            // request is a lock and a list insertion on the hottest path).
+            let park_at = self.read_at + PARK_AFTER;
+            let park = idle
+                && self.state == State::Idle
+                && self.buf.capacity() == 0
+                && park_at < deadline;
+            if park {
+                if w.stopping.get() {
+                    return ReadOutcome::Shutdown;
+                }
+                tokio::select! {
+                    biased;
+                    r = self.stream.readable() => if r.is_err() { return ReadOutcome::Failed },
+                    _ = tokio::time::sleep_until(park_at) => return ReadOutcome::Park,
+                }
+            } else if idle {
                 let notified = w.shutdown.notified();
                 tokio::pin!(notified);
                 notified.as_mut().enable();
                 if w.stopping.get() {
                     return ReadOutcome::Shutdown;
                 }
-                // Between requests, with nothing held: wait only until it is worth parking.
-                let park_at = self.read_at + PARK_AFTER;
-                let park =
-                    self.state == State::Idle && self.buf.capacity() == 0 && park_at < deadline;
-                let until = if park { park_at } else { deadline };
                 tokio::select! {
                     biased;
                     r = self.stream.readable() => if r.is_err() { return ReadOutcome::Failed },
-                    _ = tokio::time::sleep_until(until) => {
-                        return if park { ReadOutcome::Park } else { ReadOutcome::Timeout };
-                    }
+                    _ = tokio::time::sleep_until(deadline) => return ReadOutcome::Timeout,
                     _ = notified => return ReadOutcome::Shutdown,
                 }
             } else {

@@ -183,6 +183,10 @@ impl<C: Content> HttpWorker<C> {
 
     /// Park a connection that went idle (or go on serving it if it cannot be parked).
     fn park(self: &Rc<Self>, rest: crate::conn::Rest, client: Option<ClientConnection>) {
+        if self.stopping.get() {
+            // Shutting down: an idle connection is closed, not parked.
+            return;
+        }
         let (stream, peer, listener, deadline) = rest;
         if let Err((stream, client)) = self
             .lot
