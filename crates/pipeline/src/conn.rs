@@ -653,10 +653,8 @@ impl Conn {
             // PARK_AFTER, so this wait needs no shutdown notification (registering one per
             // request is a lock and a list insertion on the hottest path).
             let park_at = self.read_at + PARK_AFTER;
-            let park = idle
-                && self.state == State::Idle
-                && self.buf.capacity() == 0
-                && park_at < deadline;
+            let park =
+                idle && self.state == State::Idle && self.buf.capacity() == 0 && park_at < deadline;
             if park {
                 if w.stopping.get() {
                     return ReadOutcome::Shutdown;
