@@ -1,20 +1,21 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
-/// Let a socket bound to an address with port 0 pick its port at `connect` time
-/// (`IP_BIND_ADDRESS_NO_PORT`): the port then only has to be unique per destination, so
-/// tens of thousands of client connections from one source address bind in constant time
-/// instead of the kernel searching for a port no other socket uses at all.
-pub fn bind_address_no_port(socket: BorrowedFd<'_>) -> io::Result<()> {
-    let on: libc::c_int = 1;
+/// `setsockopt` of an integer option.
+fn set_int(
+    socket: BorrowedFd<'_>,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> io::Result<()> {
     // SAFETY: `socket` is a live descriptor for the duration of the call, and the option
     // value points to a c_int whose size is passed alongside it.
     let rc = unsafe {
         libc::setsockopt(
             socket.as_raw_fd(),
-            libc::IPPROTO_IP,
-            libc::IP_BIND_ADDRESS_NO_PORT,
-            (&on as *const libc::c_int).cast(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
@@ -25,27 +26,20 @@ pub fn bind_address_no_port(socket: BorrowedFd<'_>) -> io::Result<()> {
     }
 }
 
+/// Let a socket bound to an address with port 0 pick its port at `connect` time
+/// (`IP_BIND_ADDRESS_NO_PORT`): the port then only has to be unique per destination, so
+/// tens of thousands of client connections from one source address bind in constant time
+/// instead of the kernel searching for a port no other socket uses at all.
+pub fn bind_address_no_port(socket: BorrowedFd<'_>) -> io::Result<()> {
+    set_int(socket, libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, 1)
+}
+
 /// Hand a listener's connections to `accept` only once their first bytes have arrived
 /// (`TCP_DEFER_ACCEPT`, nginx's `deferred`): the request is then read in the same wake-up as
 /// the accept, instead of the worker waking once for the connection and once more for its
 /// request. A client that sends nothing is still accepted after about `seconds` (the kernel
 /// then completes it on the next ACK), so header timeouts apply to it as before.
 pub fn defer_accept(listener: BorrowedFd<'_>, seconds: u32) -> io::Result<()> {
-    let value = seconds as libc::c_int;
-    // SAFETY: `listener` is a live descriptor for the duration of the call, and the option
-    // value points to a c_int whose size is passed alongside it.
-    let rc = unsafe {
-        libc::setsockopt(
-            listener.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_DEFER_ACCEPT,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    let seconds = libc::c_int::try_from(seconds).unwrap_or(libc::c_int::MAX);
+    set_int(listener, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, seconds)
 }
