@@ -290,8 +290,12 @@ impl Conn {
                         || config.send_rate.is_some()
                         || location.is_some_and(|l| l.shaping.is_some())
                     {
-                        self.throttle =
-                            Throttle::of(location, config, self.peer, self.throttle.take());
+                        self.throttle = Throttle::of(
+                            (location, self.seen_generation),
+                            config,
+                            self.peer,
+                            self.throttle.take(),
+                        );
                     }
                     let (unix_secs, keep) = queue(w, &mut self.out, response, &head, keep, extra);
                     let mut pending = self.pending_of(&head, status, started, unix_secs);
@@ -495,7 +499,7 @@ impl Conn {
         } else {
             // Boxed: large downloads and send rates are rare next to small answers, and
             // their state stays out of every connection's future.
-            Box::pin(self.flush_download(w)).await
+            Box::pin(self.flush_tracked(w)).await
         };
         self.log(w);
         match result {
@@ -509,7 +513,7 @@ impl Conn {
 
     /// Write a batch holding a large file (listed among the worker's downloads meanwhile)
     /// or under send rates.
-    async fn flush_download<C: Content>(
+    async fn flush_tracked<C: Content>(
         &mut self,
         w: &HttpWorker<C>,
     ) -> Result<(), crate::outbox::WriteError> {

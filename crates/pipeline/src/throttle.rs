@@ -21,8 +21,9 @@ const MAX_IOV: usize = 64;
 
 /// A connection's send rates, for the location its last response came from.
 pub(crate) struct Throttle {
-    /// What the rates were made for: the location (by address within its configuration).
-    key: usize,
+    /// What the rates were made for: the location (by address) in configuration generation
+    /// `.1` (a reload may put a new location where an old one was).
+    key: (usize, u64),
     own: Option<TokenBucket>,
     /// `limit_rate_after`, and what is left of it in this flush.
     after: u64,
@@ -36,7 +37,7 @@ pub(crate) struct Throttle {
 impl Throttle {
     /// The rates that apply to a response of `location` to `peer` (`None`: none).
     pub(crate) fn of(
-        location: Option<&Location>,
+        (location, generation): (Option<&Location>, u64),
         config: &Resolved,
         peer: SocketAddr,
         current: Option<Box<RefCell<Throttle>>>,
@@ -47,7 +48,10 @@ impl Throttle {
         if !sends && config.send_rate.is_none() {
             return None;
         }
-        let key = location.map_or(0, |l| l as *const Location as usize);
+        let key = (
+            location.map_or(0, |l| l as *const Location as usize),
+            generation,
+        );
         if let Some(t) = current {
             if t.borrow().key == key {
                 return Some(t);
@@ -208,7 +212,7 @@ mod tests {
 
     fn throttle(rate: Option<u64>, after: u64, shared: Option<u64>) -> Throttle {
         Throttle {
-            key: 0,
+            key: (0, 0),
             own: rate.map(|r| TokenBucket::new(r, Instant::now())),
             after,
             after_left: after,
