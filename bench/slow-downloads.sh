@@ -9,6 +9,8 @@
 #   bench/slow-downloads.sh [CONNECTIONS=100000] [RATE=8kbit] [DURATION=60s] [OUT=bench/results/DATE-slow]
 # Environment: SEND_BUFFER (server SO_SNDBUF, default 4k), RECV_BUFFER (client SO_RCVBUF,
 # default 4096), READ_EVERY (client read period, default 2s), SERVERS (server processes),
+# TCP_MEM (net.ipv4.tcp_mem "low pressure high" in pages for the run, restored after; by
+# default the kernel's own, which it sizes from RAM),
 # SERVER (ramjet, or nginx: the same run against nginx with SERVERS worker processes,
 # sendfile, the same send buffer and the same CPU, for the memory comparison).
 set -euo pipefail
@@ -50,8 +52,16 @@ access = "off"
 root = "$WORK/www"
 TOML
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+TCP_MEM_BEFORE=$(cat /proc/sys/net/ipv4/tcp_mem)
+BACKLOG_BEFORE=$(cat /proc/sys/net/core/netdev_max_backlog)
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"
+  [ -z "${TCP_MEM:-}" ] || echo "$TCP_MEM_BEFORE" > /proc/sys/net/ipv4/tcp_mem
+  [ -z "${NETDEV_MAX_BACKLOG:-}" ] || echo "$BACKLOG_BEFORE" > /proc/sys/net/core/netdev_max_backlog
+}
 trap cleanup EXIT
+if [ -n "${TCP_MEM:-}" ]; then echo "$TCP_MEM" > /proc/sys/net/ipv4/tcp_mem; fi
+if [ -n "${NETDEV_MAX_BACKLOG:-}" ]; then echo "$NETDEV_MAX_BACKLOG" > /proc/sys/net/core/netdev_max_backlog; fi
 if [ "$SERVER" = nginx ]; then
   cat > "$WORK/nginx.conf" <<NGINX
 worker_processes $SERVERS;
@@ -63,6 +73,10 @@ events { worker_connections $HARD; }
 http {
   access_log off;
   sendfile on;
+  # One descriptor for the file per worker, not one per download (ramjet shares its own
+  # the same way); without it each worker holds half as many downloads under the same
+  # open-file limit.
+  open_file_cache max=1000 inactive=60s;
   keepalive_timeout 65;
   server {
     listen 127.0.0.1:$PORT reuseport sndbuf=$SEND_BUFFER;
@@ -109,8 +123,18 @@ sampler=$!
 
 CMD=("$BIN" bench --slow -c "$N" -d "$DURATION" --throttle "$RATE" --recv-buffer "$RECV_BUFFER" --read-every "$READ_EVERY" --connect-concurrency "$CONNECT_CONCURRENCY" --cpus 1 --no-progress "http://127.0.0.1:$PORT/file.bin")
 start=$(date +%s)
-overflows() { awk '/^TcpExt:/ { if (!h) { for (i = 1; i <= NF; i++) if ($i == "ListenOverflows") c = i; h = 1 } else print $c }' /proc/net/netstat; }
-overflows_before=$(overflows)
+# The kernel's TCP counters that explain stalls: accept-queue overflows, memory pressure
+# (entries, and milliseconds spent under it), receive-queue pruning and drops, and
+# retransmission timeouts.
+COUNTERS="ListenOverflows TCPMemoryPressures TCPMemoryPressuresChrono PruneCalled RcvPruned TCPRcvQDrop TCPAbortOnMemory TCPTimeouts"
+counters() {
+  awk -v want="$COUNTERS" '/^TcpExt:/ { if (!h) { for (i = 1; i <= NF; i++) name[i] = $i; h = 1 } else for (i = 1; i <= NF; i++) v[name[i]] = $i }
+    END { n = split(want, w, " "); for (k = 1; k <= n; k++) printf "%s ", (w[k] in v ? v[w[k]] : 0); print "" }' /proc/net/netstat
+}
+# Packets dropped because a CPU's input backlog was full (second column, hex, per CPU).
+softnet_drops() { local t=0 d; while read -r _ d _; do t=$((t + 16#$d)); done < /proc/net/softnet_stat; echo "$t"; }
+counters_before=$(counters)
+drops_before=$(softnet_drops)
 "${CMD[@]}" | tee "$WORK/bench.txt"
 kill "$sampler" 2>/dev/null || true
 read -r peak_inuse peak_mem peak_rss < "$WORK/peak" || true
@@ -118,9 +142,9 @@ read -r peak_inuse peak_mem peak_rss < "$WORK/peak" || true
   echo "# Slow downloads: $N connections at $RATE each for $DURATION"
   echo
   echo "Run $(date -u '+%F %H:%M UTC') on $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r)."
-  echo "Command: \`SERVER=$SERVER SERVERS=$SERVERS READ_EVERY=$READ_EVERY SEND_BUFFER=$SEND_BUFFER CONNECT_CONCURRENCY=$CONNECT_CONCURRENCY bench/slow-downloads.sh $N $RATE $DURATION\`, which ran \`${CMD[*]}\`"
+  echo "Command: \`${TCP_MEM:+TCP_MEM=\"$TCP_MEM\" }${NETDEV_MAX_BACKLOG:+NETDEV_MAX_BACKLOG=$NETDEV_MAX_BACKLOG }SERVER=$SERVER SERVERS=$SERVERS READ_EVERY=$READ_EVERY SEND_BUFFER=$SEND_BUFFER CONNECT_CONCURRENCY=$CONNECT_CONCURRENCY bench/slow-downloads.sh $N $RATE $DURATION\`, which ran \`${CMD[*]}\`"
   if [ "$SERVER" = nginx ]; then
-    echo "against nginx $(nginx -v 2>&1 | sed 's/.*\///') with $SERVERS worker processes (reuseport, sendfile, \`sndbuf=$SEND_BUFFER\`, all on CPU 0) serving a 16 MiB file; client SO_RCVBUF $RECV_BUFFER, one read per connection every $READ_EVERY."
+    echo "against nginx $(nginx -v 2>&1 | sed 's/.*\///') with $SERVERS worker processes (reuseport, sendfile, open_file_cache, \`sndbuf=$SEND_BUFFER\`, all on CPU 0) serving a 16 MiB file; client SO_RCVBUF $RECV_BUFFER, one read per connection every $READ_EVERY."
   else
     echo "against \`ramjet serve --processes $SERVERS\` (1 worker each, one SO_REUSEPORT port, all on CPU 0) serving a 16 MiB file, \`[limits] send_buffer = \"$SEND_BUFFER\"\`; client SO_RCVBUF $RECV_BUFFER, one read per connection every $READ_EVERY."
   fi
@@ -142,8 +166,18 @@ read -r peak_inuse peak_mem peak_rss < "$WORK/peak" || true
   if [ -n "$established" ] && [ "$established" -gt 0 ] && [ -n "${peak_rss:-}" ]; then
     echo "| user-space memory per download: (peak - before) / established (KiB) | $(awk -v p="$peak_rss" -v b="$base_rss" -v n="$established" 'BEGIN {printf "%.2f", (p - b) / n}') |"
   fi
-  echo "| accept-queue overflows during the run (ListenOverflows) | $(( $(overflows) - overflows_before )) |"
+  after=$(counters)
+  paste -d' ' <(echo "$COUNTERS" | tr ' ' '\n') <(echo "$counters_before" | tr ' ' '\n') <(echo "$after" | tr ' ' '\n') |
+    awk 'NF == 3 { printf "| kernel counter %s during the run (TcpExt) | %d |\n", $1, $3 - $2 }'
+  echo "| packets dropped for a full CPU backlog (/proc/net/softnet_stat) | $(( $(softnet_drops) - drops_before )) |"
+  echo "| net.core.netdev_max_backlog | $(cat /proc/sys/net/core/netdev_max_backlog) |"
   echo "| server processes | $SERVERS |"
   echo "| elapsed (s) | $(( $(date +%s) - start )) |"
+  if [ "$(( $(softnet_drops) - drops_before ))" -gt 0 ]; then
+    echo
+    echo "Packets were dropped for a full CPU input queue: their retransmissions can stall a slow"
+    echo "download past the client's timeout. Run again with NETDEV_MAX_BACKLOG=16384 (see"
+    echo "packaging/sysctl-ramjet-mirror.conf)."
+  fi
 } > "$OUT/report.md"
 cat "$OUT/report.md"

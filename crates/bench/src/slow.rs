@@ -77,6 +77,21 @@ pub struct SlowReport {
     pub errors: Errors,
     /// Connections by achieved rate in percent of the target (index 200: 200% or more).
     pub rate_percent: Vec<u64>,
+    /// Timeouts by phase: waiting for the TCP connection, for the response head, for body
+    /// bytes. They add up to `errors.timeout`.
+    #[serde(default)]
+    pub timeouts_by_phase: TimeoutPhases,
+    /// Seconds from the start of the first and last timeout (none: 0 and 0).
+    #[serde(default)]
+    pub timeout_span: (f64, f64),
+}
+
+/// Where downloads timed out (see [`SlowReport::timeouts_by_phase`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct TimeoutPhases {
+    pub connect: u64,
+    pub head: u64,
+    pub body: u64,
 }
 
 impl SlowReport {
@@ -90,7 +105,18 @@ impl SlowReport {
         self.seconds = self.seconds.max(o.seconds);
         self.ramp_seconds = self.ramp_seconds.max(o.ramp_seconds);
         self.target_bytes_per_sec = self.target_bytes_per_sec.max(o.target_bytes_per_sec);
+        if o.errors.timeout > 0 {
+            let (a, b) = (self.timeout_span, o.timeout_span);
+            self.timeout_span = if self.errors.timeout == 0 {
+                b
+            } else {
+                (a.0.min(b.0), a.1.max(b.1))
+            };
+        }
         self.errors.add(&o.errors);
+        self.timeouts_by_phase.connect += o.timeouts_by_phase.connect;
+        self.timeouts_by_phase.head += o.timeouts_by_phase.head;
+        self.timeouts_by_phase.body += o.timeouts_by_phase.body;
         self.rate_percent.resize(BUCKETS, 0);
         for (a, b) in self.rate_percent.iter_mut().zip(&o.rate_percent) {
             *a += b;
@@ -120,6 +146,23 @@ impl SlowReport {
         self.rate_percent[((rate * 100.0) as usize).min(BUCKETS - 1)] += 1;
     }
 
+    /// Count a timeout in `phase`, `at` seconds from the start.
+    fn timed_out(&mut self, phase: Phase, at: f64) {
+        let first = self.errors.timeout == 0;
+        self.errors.timeout += 1;
+        let p = &mut self.timeouts_by_phase;
+        match phase {
+            Phase::Connect => p.connect += 1,
+            Phase::Head => p.head += 1,
+            Phase::Body => p.body += 1,
+        }
+        self.timeout_span = if first {
+            (at, at)
+        } else {
+            (self.timeout_span.0.min(at), self.timeout_span.1.max(at))
+        };
+    }
+
     /// The per-connection rate (percent of target) at quantile `q` of connections alive at
     /// the end.
     pub fn rate_percentile(&self, q: f64) -> Option<usize> {
@@ -144,7 +187,16 @@ impl SlowReport {
                 .map_or("-".to_string(), |p| format!("{p}%"))
         };
         let e = &self.errors;
-        format!(
+        let p = &self.timeouts_by_phase;
+        let timeouts = if e.timeout > 0 {
+            format!(
+                "Timeouts: {} waiting to connect, {} for the response head, {} for body bytes; between {:.1}s and {:.1}s\n",
+                p.connect, p.head, p.body, self.timeout_span.0, self.timeout_span.1
+            )
+        } else {
+            String::new()
+        };
+        let text = format!(
             "  {} of {} connections established (last after {:.1}s), {} still downloading at the end\n  {} kept at least {:.0}% of {} B/s; per-connection rate: min {} p1 {} p50 {}\n  {:.2} MB received in {:.1}s: {:.2} MB/s ({:.1} Mbit/s)\nErrors: connect {}, timeout {}, reset {}, status {}, short body {}, invalid {}\n",
             self.established,
             self.wanted,
@@ -166,7 +218,8 @@ impl SlowReport {
             e.status,
             e.short_body,
             e.invalid,
-        )
+        );
+        text + &timeouts
     }
 }
 
@@ -223,9 +276,17 @@ pub fn run_slow(spec: &SlowSpec, established: &Counter) -> SlowReport {
     total
 }
 
+/// Where a download was when it timed out.
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Connect,
+    Head,
+    Body,
+}
+
 /// Why a download stopped before the end.
 enum Stop {
-    Timeout,
+    Timeout(Phase),
     Reset,
     Status,
     ShortBody,
@@ -260,7 +321,8 @@ async fn download(
                 }
                 Err(_) => {
                     if Instant::now() < end {
-                        report.borrow_mut().errors.timeout += 1;
+                        let at = start.elapsed().as_secs_f64();
+                        report.borrow_mut().timed_out(Phase::Connect, at);
                     }
                     continue;
                 }
@@ -299,13 +361,12 @@ async fn download(
                     true
                 }
                 Ok(stop) => {
-                    let e = &mut r.errors;
                     match stop {
-                        Stop::Timeout => e.timeout += 1,
-                        Stop::Reset => e.reset += 1,
-                        Stop::Status => e.status += 1,
-                        Stop::ShortBody => e.short_body += 1,
-                        Stop::Invalid => e.invalid += 1,
+                        Stop::Timeout(phase) => r.timed_out(phase, start.elapsed().as_secs_f64()),
+                        Stop::Reset => r.errors.reset += 1,
+                        Stop::Status => r.errors.status += 1,
+                        Stop::ShortBody => r.errors.short_body += 1,
+                        Stop::Invalid => r.errors.invalid += 1,
                     }
                     false
                 }
@@ -362,9 +423,14 @@ async fn transfer(
         head.clear();
         let (mut remaining, body_start) = loop {
             // Small reads, so little body arrives with the head ahead of the rate.
-            match read_some(&mut stream, scratch, HEAD_READ, spec.timeout, |b| {
-                head.extend_from_slice(b)
-            })
+            match read_some(
+                &mut stream,
+                scratch,
+                HEAD_READ,
+                spec.timeout,
+                Phase::Head,
+                |b| head.extend_from_slice(b),
+            )
             .await
             {
                 Err(stop) => return stop,
@@ -403,7 +469,16 @@ async fn transfer(
                 continue;
             }
             let want = (tokens as u64).min(remaining).min(SCRATCH as u64) as usize;
-            match read_some(&mut stream, scratch, want, spec.timeout, |_| {}).await {
+            match read_some(
+                &mut stream,
+                scratch,
+                want,
+                spec.timeout,
+                Phase::Body,
+                |_| {},
+            )
+            .await
+            {
                 Err(stop) => return stop,
                 Ok(0) => return Stop::ShortBody,
                 Ok(n) => {
@@ -429,11 +504,12 @@ async fn read_some(
     scratch: &RefCell<Vec<u8>>,
     max: usize,
     timeout: Duration,
+    phase: Phase,
     mut take: impl FnMut(&[u8]),
 ) -> Result<usize, Stop> {
     loop {
         match tokio::time::timeout(timeout, stream.readable()).await {
-            Err(_) => return Err(Stop::Timeout),
+            Err(_) => return Err(Stop::Timeout(phase)),
             Ok(Err(_)) => return Err(Stop::Reset),
             Ok(Ok(())) => {}
         }
@@ -446,5 +522,37 @@ async fn read_some(
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(_) => return Err(Stop::Reset),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_merge_by_phase_and_span() {
+        let mut a = SlowReport::default();
+        a.timed_out(Phase::Connect, 12.0);
+        a.timed_out(Phase::Head, 30.0);
+        let mut b = SlowReport::default();
+        b.timed_out(Phase::Body, 5.0);
+        let mut total = SlowReport::default();
+        total.merge(&SlowReport::default());
+        total.merge(&a);
+        total.merge(&b);
+        assert_eq!(total.errors.timeout, 3);
+        assert_eq!(
+            total.timeouts_by_phase,
+            TimeoutPhases {
+                connect: 1,
+                head: 1,
+                body: 1
+            }
+        );
+        assert_eq!(total.timeout_span, (5.0, 30.0));
+        assert!(total
+            .text()
+            .contains("1 waiting to connect, 1 for the response head"));
+        assert!(!SlowReport::default().text().contains("Timeouts:"));
     }
 }
