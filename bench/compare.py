@@ -33,7 +33,8 @@ PORTS = {"ramjet": 18080, "nginx": 18081, "lighttpd": 18082, "h2o": 18083, "apac
 # The 2004 static-page test: a 21.5 KB page and its two 25 KB images, fetched together.
 PAGE = ["/21k.html", "/img1.jpg", "/img2.jpg"]
 
-# name, paths (rotated per connection), connections, mode ("" | "pipeline" | "close")
+# name, paths (rotated per connection), connections, mode ("" | "pipeline" | "close" |
+# "discard")
 KEEPALIVE = [
     ("0B c50", ["/empty.bin"], 50, ""),
     ("100B c50", ["/100.bin"], 50, ""),
@@ -45,6 +46,9 @@ KEEPALIVE = [
     ("4KB pipelined x4 c50", ["/4k.bin"], 50, "pipeline"),
     ("4KB no keep-alive c50", ["/4k.bin"], 50, "close"),
     ("100MB c4", ["/100m.bin"], 4, ""),
+    # The same with a client that drops the body in the kernel (recv MSG_TRUNC): the
+    # client's copying no longer sets the pace, the sender does. `--client ramjet` only.
+    ("100MB c4 discard", ["/100m.bin"], 4, "discard"),
     ("2004 page keep-alive c50", PAGE, 50, ""),
     ("2004 page no keep-alive c50", PAGE, 50, "close"),
 ]
@@ -286,6 +290,8 @@ def client_cmd(client, server, profile, duration, ramjet_bin):
     _name, paths, conns, mode = profile
     base = f"http://127.0.0.1:{PORTS[server.name]}"
     if client == "wrk":
+        if mode == "discard":
+            raise SystemExit(f"profile {_name!r} needs --client ramjet (wrk cannot drop bodies unread)")
         cmd = ["wrk", "-t1", f"-c{conns}", f"-d{duration}s", "--latency"]
         if mode == "pipeline":
             cmd += ["-s", str(WORK / "pipeline.lua")]
@@ -299,6 +305,8 @@ def client_cmd(client, server, profile, duration, ramjet_bin):
         cmd += ["--pipeline", "4"]
     if mode == "close":
         cmd += ["--no-keepalive"]
+    if mode == "discard":
+        cmd += ["--discard-body"]
     return cmd + [base + p for p in paths]
 
 
@@ -596,7 +604,8 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     make_files()
-    profiles = [p for p in KEEPALIVE if args.profiles == "all" or p[0] in args.profiles.split(",")]
+    profiles = [p for p in KEEPALIVE if (args.profiles == "all" and (p[3] != "discard" or args.client == "ramjet"))
+                or p[0] in args.profiles.split(",")]
     results = {"runs": {}, "median": {}, "idle": {}, "cold": {}, "sweep": None}
     for profile in profiles:
         results["runs"][profile[0]] = {c: {n: [] for n in servers} for c in clients}

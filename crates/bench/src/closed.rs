@@ -154,7 +154,7 @@ pub(crate) async fn connect(
     match tokio::time::timeout(spec.timeout, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => {
             let _ = s.set_nodelay(true);
-            Some(Conn::new(s, spec.timeout))
+            Some(Conn::new(s, spec.timeout, spec.discard_body))
         }
         Ok(Err(_)) => {
             report.borrow_mut().errors.connect += 1;

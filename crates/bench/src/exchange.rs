@@ -18,6 +18,16 @@ use tokio::time::Sleep;
 /// Read buffer growth per fill.
 pub(crate) const READ_CHUNK: usize = 64 * 1024;
 
+/// Most bytes dropped per `recv(MSG_TRUNC)` when discarding bodies.
+const DISCARD_MAX: usize = 4 << 20;
+
+thread_local! {
+    /// Address space a discarding recv is given; the kernel never writes it, so its pages
+    /// are never touched (never resident). One per load thread.
+    static DISCARD_SCRATCH: std::cell::RefCell<Vec<u8>> =
+        std::cell::RefCell::new(Vec::with_capacity(DISCARD_MAX));
+}
+
 /// Why one exchange failed.
 pub(crate) enum Failure {
     Timeout,
@@ -43,19 +53,22 @@ pub(crate) struct Conn {
     /// First byte of `buf` not yet consumed.
     at: usize,
     timeout: Duration,
+    /// Drop length-framed bodies in the kernel (see `Spec::discard_body`).
+    discard: bool,
     /// Fires when nothing was read or written for between `timeout` and 1.25 x `timeout`.
     deadline: Pin<Box<Sleep>>,
     armed: Instant,
 }
 
 impl Conn {
-    pub(crate) fn new(stream: TcpStream, timeout: Duration) -> Conn {
+    pub(crate) fn new(stream: TcpStream, timeout: Duration, discard: bool) -> Conn {
         let now = Instant::now();
         Conn {
             stream,
             buf: Vec::with_capacity(READ_CHUNK),
             at: 0,
             timeout,
+            discard,
             deadline: Box::pin(tokio::time::sleep_until(
                 (now + timeout + timeout / 4).into(),
             )),
@@ -131,6 +144,37 @@ impl Conn {
         }
     }
 
+    /// Drop up to `max` body bytes from the socket without reading them; `ShortBody` at end
+    /// of stream. The read buffer is empty here (its bytes were consumed first).
+    async fn discard_some(&mut self, max: u64) -> Result<u64, Failure> {
+        let len = max.min(DISCARD_MAX as u64) as usize;
+        loop {
+            tokio::select! {
+                biased;
+                r = self.stream.readable() => r.map_err(|_| Failure::Reset)?,
+                _ = self.deadline.as_mut() => return Err(Failure::Timeout),
+            }
+            let stream = &self.stream;
+            let got = DISCARD_SCRATCH.with_borrow_mut(|scratch| {
+                stream.try_io(Interest::READABLE, || {
+                    ramjet_runtime::sys::recv_discard(
+                        stream,
+                        &mut scratch.spare_capacity_mut()[..len],
+                    )
+                })
+            });
+            match got {
+                Ok(0) => return Err(Failure::ShortBody),
+                Ok(n) => {
+                    self.progress();
+                    return Ok(n as u64);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(_) => return Err(Failure::Reset),
+            }
+        }
+    }
+
     /// Read one response; bytes after it stay buffered for the next one.
     pub(crate) async fn response(&mut self) -> Result<Answer, Failure> {
         let head = loop {
@@ -160,6 +204,20 @@ impl Conn {
                 bytes: bytes + body,
                 body_len: body,
                 keep_alive: false,
+            });
+        }
+        if let (true, BodyFraming::Length(n)) = (self.discard, head.framing) {
+            let here = ((self.buf.len() - self.at) as u64).min(n);
+            self.at += here as usize;
+            let mut left = n - here;
+            while left > 0 {
+                left -= self.discard_some(left).await?;
+            }
+            return Ok(Answer {
+                status: head.status,
+                bytes: bytes + n,
+                body_len: n,
+                keep_alive: head.keep_alive,
             });
         }
         if head.framing != BodyFraming::None {

@@ -74,6 +74,10 @@ pub struct Spec {
     pub rate: Option<f64>,
     /// Pin load thread t to `cpus[t % len]` (none: not pinned).
     pub cpus: Vec<usize>,
+    /// Drop the bytes of a length-framed body in the kernel instead of reading them
+    /// (counted, never looked at), so a large-file run measures the server, not the
+    /// client's copying.
+    pub discard_body: bool,
 }
 
 impl Default for Spec {
@@ -92,6 +96,7 @@ impl Default for Spec {
             expect_length: None,
             rate: None,
             cpus: Vec::new(),
+            discard_body: false,
         }
     }
 }

@@ -30,6 +30,7 @@ fn spec(addr: SocketAddr) -> Spec {
         expect_length: Some(5),
         rate: None,
         cpus: vec![],
+        discard_body: false,
     }
 }
 
@@ -147,4 +148,33 @@ fn duration_bounds_the_run() {
     assert!(r.responses > 0 && r.errors.total() == 0);
     assert!(r.elapsed < Duration::from_secs(5));
     let _ = TcpStream::connect(addr);
+}
+
+/// A 3 MiB body answered twice per connection, then a 3 MiB promise cut short.
+fn big(n: u64) -> Option<Vec<u8>> {
+    let len = 3 << 20;
+    let mut r = format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n\r\n").into_bytes();
+    let send = if n % 3 == 2 { len / 2 } else { len };
+    r.resize(r.len() + send, b'x');
+    if n % 3 == 2 {
+        r.extend_from_slice(support::CLOSE);
+    }
+    Some(r)
+}
+
+#[test]
+fn discarded_bodies_are_counted_and_a_short_one_is_an_error() {
+    let (addr, _) = server(1, big);
+    let mut s = spec(addr);
+    s.connections = 1;
+    s.threads = 1;
+    s.requests = Some(6);
+    s.expect_length = Some(3 << 20);
+    s.discard_body = true;
+    s.timeout = Duration::from_secs(5);
+    let r = run(&s);
+    // Per connection: two whole bodies, then one cut short (a new connection follows).
+    assert_eq!(r.responses, 4, "{:?}", r.errors);
+    assert_eq!(r.errors.short_body, 2, "{:?}", r.errors);
+    assert!(r.bytes >= 4 * (3 << 20), "{}", r.bytes);
 }

@@ -54,6 +54,11 @@ pub struct BenchArgs {
     /// Count responses whose body is not this many bytes as errors.
     #[arg(long)]
     expect_length: Option<u64>,
+    /// Drop the bytes of Content-Length bodies in the kernel (recv MSG_TRUNC) instead of
+    /// reading them: counted, never looked at, so large-file runs measure the server
+    /// rather than the client's copying.
+    #[arg(long)]
+    discard_body: bool,
     /// Open loop: offer this many requests per second whatever the response times.
     #[arg(long)]
     rate: Option<f64>,
@@ -166,6 +171,7 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
         expect_length: args.expect_length,
         rate: args.rate,
         cpus: args.cpus.clone(),
+        discard_body: args.discard_body,
     };
     if let Some(sweep) = &args.sweep {
         return run_sweep(&args, &spec, sweep);
