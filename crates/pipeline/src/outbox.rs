@@ -377,6 +377,10 @@ pub(crate) trait Sink {
     fn try_sendfile(&self, file: &File, offset: u64, len: usize) -> io::Result<usize>;
     /// Wait until the sink can take more, at most `timeout`.
     fn writable(&self, timeout: Duration) -> impl Future<Output = Result<(), WriteError>>;
+    /// Hold back partial segments while a long file body is sent (`TCP_CORK`); `false`
+    /// sends what is held. A sink that paces its writes keeps this a no-op: a cork would
+    /// hold each paced piece back.
+    fn cork(&self, _on: bool) {}
 }
 
 impl Sink for TcpStream {
@@ -392,6 +396,12 @@ impl Sink for TcpStream {
         self.try_io(Interest::WRITABLE, || {
             sys::sendfile(self, file, offset, len)
         })
+    }
+
+    fn cork(&self, on: bool) {
+        use std::os::fd::AsFd;
+        // Only the segment sizes depend on it: a socket that refuses it is served as before.
+        let _ = sys::set_cork(self.as_fd(), on);
     }
 
     async fn writable(&self, timeout: Duration) -> Result<(), WriteError> {
@@ -415,6 +425,13 @@ async fn send_file<S: Sink>(
     written: &mut u64,
     progress: Option<&AtomicU64>,
 ) -> Result<(), WriteError> {
+    // More than one sendfile: cork, so every call but the last ends on a full segment
+    // instead of pushing a short one (with TCP_NODELAY each call's tail goes out alone).
+    // An error ends the connection, so only success uncorks.
+    let corked = len > SENDFILE_CHUNK;
+    if corked {
+        sink.cork(true);
+    }
     let mut sent = 0u64;
     while sent < len {
         let pos = offset + sent;
@@ -453,6 +470,9 @@ async fn send_file<S: Sink>(
         // Yield after every chunk: a fast reader must not hold the worker for more than one
         // chunk (256 KiB) while its other connections wait.
         tokio::task::yield_now().await;
+    }
+    if corked {
+        sink.cork(false);
     }
     Ok(())
 }

@@ -28,9 +28,22 @@ struct Script {
     /// Let a call fail outright.
     errors: bool,
     out: RefCell<Vec<u8>>,
+    /// Every `cork` call, in order.
+    corks: RefCell<Vec<bool>>,
 }
 
 impl Script {
+    fn new(seed: u64, zeros: bool, errors: bool) -> Script {
+        Script {
+            state: Cell::new(seed | 1),
+            calls: Cell::new(0),
+            zeros,
+            errors,
+            out: RefCell::new(Vec::new()),
+            corks: RefCell::new(Vec::new()),
+        }
+    }
+
     fn next(&self, below: u64) -> u64 {
         // xorshift64*: deterministic from the proptest seed.
         let mut x = self.state.get();
@@ -81,6 +94,10 @@ impl Sink for Script {
         file.read_exact_at(&mut buf, offset).unwrap();
         self.out.borrow_mut().extend_from_slice(&buf);
         Ok(k)
+    }
+
+    fn cork(&self, on: bool) {
+        self.corks.borrow_mut().push(on);
     }
 
     async fn writable(&self, _timeout: Duration) -> Result<(), WriteError> {
@@ -282,25 +299,28 @@ fn flush(resps: &[Resp], seed: u64, zeros: bool, errors: bool) {
     let file = file();
     let mut out = Outbox::default();
     let (expect, bodies) = fill(&mut out, resps, &file, zeros || errors);
-    let sink = Script {
-        state: Cell::new(seed | 1),
-        calls: Cell::new(0),
-        zeros,
-        errors,
-        out: RefCell::new(Vec::new()),
-    };
+    let sink = Script::new(seed, zeros, errors);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let result = rt.block_on(out.flush(&sink, Duration::from_secs(1), None));
+    let corks = sink.corks.into_inner();
     let wrote = sink.out.into_inner();
+    assert!(
+        corks.chunks(2).all(|p| p[0]) && corks.chunks(2).all(|p| p.len() == 1 || !p[1]),
+        "cork calls do not alternate on, off: {corks:?}"
+    );
     assert!(
         expect.starts_with(&wrote),
         "bytes written out of order or invented"
     );
     match result {
         Ok(()) => {
+            assert!(
+                corks.len() % 2 == 0,
+                "a finished flush left the socket corked"
+            );
             assert_eq!(wrote.len(), expect.len(), "flush said done early");
             assert_eq!(out.body_written, bodies);
         }
@@ -350,13 +370,7 @@ fn empty_bodies_issue_no_writes_of_their_own() {
         );
         out.body(resp, Body::Parts(vec![Part::Bytes(Bytes::new())]), false);
     }
-    let sink = Script {
-        state: Cell::new(1),
-        calls: Cell::new(0),
-        zeros: false,
-        errors: false,
-        out: RefCell::new(Vec::new()),
-    };
+    let sink = Script::new(1, false, false);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -365,4 +379,38 @@ fn empty_bodies_issue_no_writes_of_their_own() {
         .unwrap();
     assert_eq!(sink.out.into_inner().len(), 3 * 19);
     assert_eq!(out.body_written, vec![0, 0, 0]);
+}
+
+/// A file body longer than one sendfile chunk is sent corked and uncorked at its end;
+/// a shorter one never touches the cork (two more syscalls would be all it bought).
+#[test]
+fn long_file_bodies_are_corked_until_their_end() {
+    let file = file();
+    for (len, expect) in [
+        (super::SENDFILE_CHUNK, vec![]),
+        (super::SENDFILE_CHUNK + 1, vec![true, false]),
+        (FILE_LEN, vec![true, false]),
+    ] {
+        let mut out = Outbox::default();
+        let resp = out.begin();
+        out.head(resp, |o| o.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n"));
+        out.body(
+            resp,
+            Body::File {
+                file: file.clone(),
+                offset: 0,
+                len,
+            },
+            false,
+        );
+        let sink = Script::new(7, false, false);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(out.flush(&sink, Duration::from_secs(1), None))
+            .unwrap();
+        assert_eq!(sink.out.into_inner().len() as u64, 19 + len);
+        assert_eq!(sink.corks.into_inner(), expect, "body of {len} bytes");
+    }
 }
