@@ -220,3 +220,145 @@ fn the_status_page_lists_slow_downloads_and_connection_states() {
     assert_eq!(code, b"405");
     s.assert_clean_log(&[]);
 }
+
+/// Run headless Chromium (as CI installs it) with `args` and a profile of its own under
+/// `dir`; stdout, or a panic naming what went wrong. At most 120 s.
+fn chromium(dir: &std::path::Path, args: &[&str]) -> String {
+    let profile = dir.join(format!("chromium-profile-{}", args.len()));
+    let mut child = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--window-size=1280,900",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromium is installed (.ci/run installs Debian's package)");
+    let mut out = String::new();
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if std::time::Instant::now() > end {
+            let _ = child.kill();
+            panic!("chromium {args:?} did not finish in 120 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    out.push_str(&reader.join().unwrap());
+    assert!(status.success(), "chromium {args:?}: {status}");
+    out
+}
+
+/// The status page as a browser shows it: rendered by headless Chromium, screenshot kept
+/// under the test target's tmp directory (`target/tmp/artifacts/status-page.png`), and the
+/// DOM it built says what the JSON says.
+#[test]
+fn the_status_page_renders_in_chromium_and_matches_the_json() {
+    let dir = Server::dir();
+    std::fs::create_dir_all(dir.path().join("root")).unwrap();
+    std::fs::write(dir.path().join("root/big.bin"), crate::bytes(8 << 20, 3)).unwrap();
+    std::fs::write(dir.path().join("root/small.txt"), "s").unwrap();
+    let s = Server::start(
+        crate::BIN,
+        dir,
+        "[limits]\nsend_buffer = \"8k\"\n[[location]]\nroot = \"root\"\n[[location]]\npath = \"/server-status\"\nhandlers = [\"status\"]\n",
+    );
+    // Content that stays put while the browser looks: a stalled download and a 404.
+    let mut slow = std::net::TcpStream::connect(s.addr).unwrap();
+    slow.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut first = [0u8; 1];
+    slow.read_exact(&mut first).unwrap();
+    let (_, code) = crate::curl(&["-o", "/dev/null", "-w", "%{http_code}", &s.url("/nope")]);
+    assert_eq!(code, b"404");
+    let json = crate::poll_until(|| {
+        let (_, body) = crate::curl(&[&s.url("/server-status?json")]);
+        let v: Value = serde_json::from_slice(&body).ok()?;
+        (v["downloads_in_progress"] == 1).then_some(v)
+    });
+
+    let artifacts = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join("status-page.png");
+    let _ = std::fs::remove_file(&shot);
+    let work = tempfile::tempdir().unwrap();
+    let url = s.url("/server-status");
+    chromium(
+        work.path(),
+        &[&format!("--screenshot={}", shot.display()), &url],
+    );
+    let png = std::fs::read(&shot).expect("chromium wrote the screenshot");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+    let width = u32::from_be_bytes(png[16..20].try_into().unwrap());
+    assert_eq!(width, 1280, "IHDR width");
+    // A blank 1280x900 page compresses to a few hundred bytes; text and tables do not.
+    assert!(
+        png.len() > 8_000,
+        "the screenshot looks empty: {} bytes",
+        png.len()
+    );
+
+    let dom = chromium(work.path(), &["--dump-dom", &url]);
+    let version = json["version"].as_str().unwrap();
+    assert!(dom.contains(&format!("ramjet {version} status")), "{dom}");
+    assert!(dom.contains("Downloads in progress: 1"), "{dom}");
+    let d = &json["downloads"][0];
+    for field in ["client", "request"] {
+        let v = d[field].as_str().unwrap();
+        assert!(
+            dom.contains(v),
+            "the page lacks the download's {field} {v}: {dom}"
+        );
+    }
+    assert!(dom.contains("8.0 MiB"), "the download's total: {dom}");
+    // One row per worker in the page's workers table, as in the JSON.
+    let workers = dom
+        .split("<h2>Workers</h2>")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .unwrap();
+    assert_eq!(
+        workers.matches("<tr>").count() - 1,
+        json["workers"].as_array().unwrap().len(),
+        "{workers}"
+    );
+    // Every location the JSON lists (the files location with its 404, the status page's
+    // own) is a row of the page's locations table; the page may have counted more since.
+    let locations = dom
+        .split("<h2>Locations</h2>")
+        .nth(1)
+        .and_then(|t| t.split("</table>").next())
+        .unwrap();
+    let listed = json["locations"].as_array().unwrap();
+    assert!(!listed.is_empty(), "{json}");
+    for l in listed {
+        let row = format!(
+            "<tr><td>{}</td><td>{}</td>",
+            l["host"].as_str().unwrap(),
+            Some(l["location"].as_str().unwrap())
+                .filter(|n| !n.is_empty())
+                .unwrap_or("(none)")
+        );
+        assert!(locations.contains(&row), "{row} missing from {locations}");
+    }
+    assert!(
+        locations.matches("<tr>").count() > listed.len(),
+        "{locations}"
+    );
+    drop(slow);
+    s.assert_clean_log(&[]);
+}
