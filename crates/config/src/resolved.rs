@@ -135,7 +135,8 @@ impl Location {
 }
 
 impl Resolved {
-    /// Whether connections on listener `index` start with a PROXY protocol header.
+    /// Whether connections on the sockets of `listen` entry `index` start with a PROXY
+    /// protocol header.
     pub fn expects_proxy_header(&self, index: usize) -> bool {
         self.proxy_protocol.get(index).copied().unwrap_or(false)
     }

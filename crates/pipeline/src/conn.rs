@@ -167,10 +167,8 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
         throttle: None,
     };
     if !resumed
-        && conn
-            .generation
-            .config
-            .expects_proxy_header(usize::from(listener))
+        && w.listen_entry(listener)
+            .is_some_and(|e| conn.generation.config.expects_proxy_header(e))
         && !Box::pin(conn.proxy_header(w)).await
     {
         conn.release(w);
@@ -982,8 +980,15 @@ mod state_size {
             let config = ramjet_config::for_directory(&std::env::temp_dir(), &[], false).unwrap();
             let access_log = ramjet_observe::AccessLog::open(&config.access_log).unwrap();
             let generation = std::sync::Arc::new(crate::Generation { config, access_log });
-            let worker =
-                crate::HttpWorker::new(0, generation, Nothing, std::sync::Arc::from([addr]));
+            let worker = crate::HttpWorker::new(
+                0,
+                generation,
+                Nothing,
+                std::sync::Arc::from([crate::BoundListener {
+                    addr,
+                    entry: Some(0),
+                }]),
+            );
             let start = super::Start {
                 stream,
                 peer: addr,

@@ -27,4 +27,4 @@ pub use error_page::error_response;
 pub use failure::{FailKind, Failure, Level, Side};
 pub use request_body::{BodyError, RequestBody};
 pub use response::{Body, BodySource, Extras, Part, Response, Tunnel};
-pub use worker::{Generation, HttpWorker};
+pub use worker::{BoundListener, Generation, HttpWorker};

@@ -28,11 +28,20 @@ pub struct Generation {
     pub access_log: Arc<AccessLog>,
 }
 
+/// A socket connections come in on: its address, and the index of the configuration's
+/// `listen` entry it serves (`None` for a socket passed by socket activation that no
+/// entry names: it takes the defaults, e.g. no PROXY protocol header).
+#[derive(Debug, Clone, Copy)]
+pub struct BoundListener {
+    pub addr: SocketAddr,
+    pub entry: Option<usize>,
+}
+
 /// One worker thread's HTTP state. Single-threaded: `Cell`/`RefCell`, no atomics.
 pub struct HttpWorker<C: Content> {
     pub(crate) content: C,
-    /// The addresses connections come in on, by listener index.
-    listeners: Arc<[SocketAddr]>,
+    /// The sockets connections come in on, by listener index.
+    listeners: Arc<[BoundListener]>,
     current: RefCell<Arc<Generation>>,
     /// Bumped on reload; connections compare it per request to pick up the new config.
     pub(crate) generation: Cell<u64>,
@@ -57,7 +66,7 @@ impl<C: Content> HttpWorker<C> {
         index: usize,
         generation: Arc<Generation>,
         content: C,
-        listeners: Arc<[SocketAddr]>,
+        listeners: Arc<[BoundListener]>,
     ) -> HttpWorker<C> {
         HttpWorker {
             stats: ramjet_observe::stats::register_worker(index),
@@ -81,8 +90,12 @@ impl<C: Content> HttpWorker<C> {
     pub(crate) fn listener(&self, at: u16) -> SocketAddr {
         self.listeners
             .get(usize::from(at))
-            .copied()
-            .unwrap_or(SocketAddr::from(([0, 0, 0, 0], 0)))
+            .map_or(SocketAddr::from(([0, 0, 0, 0], 0)), |l| l.addr)
+    }
+
+    /// The `listen` entry listener `at` serves, if any.
+    pub(crate) fn listen_entry(&self, at: u16) -> Option<usize> {
+        self.listeners.get(usize::from(at)).and_then(|l| l.entry)
     }
 
     /// The configuration in force now.

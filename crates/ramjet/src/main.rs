@@ -16,7 +16,7 @@ use clap::{Parser, Subcommand};
 use handlers::Handlers;
 use ramjet_config::Resolved;
 use ramjet_observe::AccessLog;
-use ramjet_pipeline::{Generation, HttpWorker};
+use ramjet_pipeline::{BoundListener, Generation, HttpWorker};
 use ramjet_runtime::signals::{Signal, Signals};
 
 /// Each worker's blocking pool (file opens, cold reads, listings) has at most this many threads.
@@ -138,9 +138,19 @@ fn load(args: &ServeArgs) -> anyhow::Result<Resolved> {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    // Before anything else: it reads and clears the environment's LISTEN_* variables.
+    let activated = ramjet_runtime::sys::take_activated_listeners()
+        .context("socket activation (systemd's LISTEN_FDS)")?;
     let resolved = load(&args)?;
     ramjet_observe::init_diagnostics(&resolved.log_level);
     let child = std::env::var_os(PROCESS_ENV).is_some();
+    if !activated.is_empty() && args.processes > 1 {
+        anyhow::bail!(
+            "socket activation passed {} socket(s), but --processes {} starts processes that bind their own; use one process (raise `workers` instead)",
+            activated.len(),
+            args.processes
+        );
+    }
     if args.processes > 1 && !child {
         return supervise(&args, &resolved);
     }
@@ -156,17 +166,39 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .build()?;
     let mut signals = signal_rt.block_on(async { Signals::install() })?;
 
-    let listeners = ramjet_runtime::bind(
-        &resolved.listen,
-        resolved.workers,
-        resolved.limits.send_buffer,
-        child,
-    )?;
+    let listeners = if activated.is_empty() {
+        ramjet_runtime::bind(
+            &resolved.listen,
+            resolved.workers,
+            resolved.limits.send_buffer,
+            child,
+        )?
+    } else {
+        let l = ramjet_runtime::adopt(
+            activated,
+            &resolved.listen,
+            resolved.workers,
+            resolved.limits.send_buffer,
+        )?;
+        for (i, want) in resolved.listen.iter().enumerate() {
+            if !l.entries.contains(&Some(i)) {
+                tracing::info!(
+                    "not listening on {want} from `listen`: socket activation passed the sockets to use"
+                );
+            }
+        }
+        l
+    };
     let access_log = AccessLog::open(&resolved.access_log).context("opening the access log")?;
     let workers = resolved.workers;
     let pin = resolved.pin_workers;
     let mut grace = resolved.timeouts.shutdown;
     let addrs = listeners.addrs.clone();
+    let bound: Arc<[BoundListener]> = addrs
+        .iter()
+        .zip(&listeners.entries)
+        .map(|(&addr, &entry)| BoundListener { addr, entry })
+        .collect();
     let mut current = Arc::new(Generation {
         config: resolved,
         access_log,
@@ -176,10 +208,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         pin,
         BLOCKING_THREADS_PER_WORKER,
         current.clone(),
-        {
-            let bound: Arc<[SocketAddr]> = addrs.clone().into();
-            move |index, generation| HttpWorker::new(index, generation, content(), bound.clone())
-        },
+        move |index, generation| HttpWorker::new(index, generation, content(), bound.clone()),
     )?;
     let plural = if workers == 1 { "" } else { "s" };
     for addr in &addrs {

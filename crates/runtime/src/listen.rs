@@ -20,6 +20,10 @@ pub struct Listeners {
     /// The bound addresses (port 0 resolved to the real port), in the order of each
     /// worker's list.
     pub addrs: Vec<SocketAddr>,
+    /// For each of `addrs`, the index of the `listen` entry it serves (`None`: a socket
+    /// passed by socket activation that no entry names). Entries that were not bound (an
+    /// IPv6 wildcard on a host without IPv6) have no listener, so indices may skip.
+    pub entries: Vec<Option<usize>>,
 }
 
 /// Bind every address once per worker. A port of 0 is resolved by the first bind and the
@@ -36,7 +40,8 @@ pub fn bind(
 ) -> io::Result<Listeners> {
     let mut per_worker: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
     let mut bound = Vec::new();
-    for &want in addrs {
+    let mut entries = Vec::new();
+    for (entry, &want) in addrs.iter().enumerate() {
         let claimed = if shared { Ok(()) } else { claim(want) };
         let first = match claimed.and_then(|()| open(want, send_buffer)) {
             Ok(s) => s,
@@ -48,6 +53,7 @@ pub fn bind(
         };
         let actual = first.local_addr()?;
         bound.push(actual);
+        entries.push(Some(entry));
         per_worker[0].push(first);
         for list in per_worker.iter_mut().skip(1) {
             list.push(open(actual, send_buffer).map_err(|e| explain(actual, e))?);
@@ -59,7 +65,54 @@ pub fn bind(
     Ok(Listeners {
         per_worker,
         addrs: bound,
+        entries,
     })
+}
+
+/// Serve on sockets passed by socket activation instead of binding: each keeps the
+/// options of the `listen` entry with its address (`wanted`), if any; `listen` entries
+/// that were not passed are not bound (the socket unit decides where the server listens).
+/// Every worker accepts on the same socket (a duplicate descriptor each). The listener
+/// options ramjet sets on its own sockets are set on these too.
+pub fn adopt(
+    passed: Vec<TcpListener>,
+    wanted: &[SocketAddr],
+    workers: usize,
+    send_buffer: Option<usize>,
+) -> io::Result<Listeners> {
+    let mut per_worker: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut addrs = Vec::new();
+    let mut entries = Vec::new();
+    for listener in passed {
+        let addr = listener.local_addr()?;
+        configure(&listener, send_buffer).map_err(|e| explain(addr, e))?;
+        for list in per_worker.iter_mut().skip(1) {
+            list.push(listener.try_clone()?);
+        }
+        per_worker[0].push(listener);
+        entries.push(wanted.iter().position(|w| *w == addr));
+        addrs.push(addr);
+    }
+    Ok(Listeners {
+        per_worker,
+        addrs,
+        entries,
+    })
+}
+
+/// What [`open`] sets on its sockets, for a socket made elsewhere.
+fn configure(listener: &TcpListener, send_buffer: Option<usize>) -> io::Result<()> {
+    let socket = socket2::SockRef::from(listener);
+    socket.set_tcp_nodelay(true)?;
+    if let Some(size) = send_buffer {
+        socket.set_send_buffer_size(size)?;
+    }
+    socket.set_nonblocking(true)?;
+    use std::os::fd::AsFd;
+    if let Err(e) = crate::sys::defer_accept(listener.as_fd(), DEFER_ACCEPT_SECS) {
+        tracing::debug!("TCP_DEFER_ACCEPT on a passed socket: {e}");
+    }
+    Ok(())
 }
 
 /// Check that no other process listens on any of `addrs` (what [`bind`] checks first), for

@@ -197,11 +197,23 @@ async fn run_worker<W, F>(
     worker.finish();
 }
 
+/// An IPv4 client of a dual-stack IPv6 socket (as systemd's `ListenStream=80` makes) as
+/// the IPv4 address it is, so logs, limits and headers never see `::ffff:a.b.c.d`.
+fn canonical_peer(peer: SocketAddr) -> SocketAddr {
+    match peer {
+        SocketAddr::V6(v6) => v6
+            .ip()
+            .to_ipv4_mapped()
+            .map_or(peer, |v4| SocketAddr::new(v4.into(), v6.port())),
+        v4 => v4,
+    }
+}
+
 async fn accept_loop<W: Worker>(worker: Rc<W>, listener: TcpListener, at: usize) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {
-                spawn_local(worker.clone().serve(stream, peer, at));
+                spawn_local(worker.clone().serve(stream, canonical_peer(peer), at));
             }
             Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)) => {
                 tracing::warn!("accept: out of file descriptors ({e}); pausing accepts");
@@ -212,5 +224,23 @@ async fn accept_loop<W: Worker>(worker: Rc<W>, listener: TcpListener, at: usize)
                 tracing::debug!("accept: {e}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn mapped_ipv4_peers_are_ipv4() {
+        let p = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
+        assert_eq!(
+            super::canonical_peer(p("[::ffff:192.0.2.1]:4242")),
+            p("192.0.2.1:4242")
+        );
+        assert_eq!(
+            super::canonical_peer(p("[2001:db8::1]:80")),
+            p("[2001:db8::1]:80")
+        );
+        assert_eq!(super::canonical_peer(p("[::1]:80")), p("[::1]:80"));
+        assert_eq!(super::canonical_peer(p("192.0.2.1:1")), p("192.0.2.1:1"));
     }
 }

@@ -4,6 +4,7 @@
 //! `blocking_`; callers on the event loop must only call the non-blocking ones. `unsafe` is
 //! allowed only in this module, and every use carries a `// SAFETY:` line.
 
+mod activation;
 mod file;
 mod inotify;
 mod memory;
@@ -14,6 +15,7 @@ mod residency;
 mod send;
 mod socket;
 
+pub use activation::take_activated_listeners;
 pub use file::{
     blocking_read_dir, is_symlink_loop, open_beneath, stat_beneath, FileStat, OpenPolicy,
 };
