@@ -1,0 +1,200 @@
+//! The two ends: ramjet's [`Sender`], the backend's [`Receiver`] and [`Channel`].
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::net::{
+    accept_with, bind, connect, listen, recvmsg, sendmsg, socket_with, sockopt, AddressFamily,
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
+};
+
+use crate::wire::{self, Record, MAX_BATCH, MAX_MESSAGE};
+
+/// ramjet's end of a backend's hand-off socket. Non-blocking: a backend that is not
+/// receiving makes [`Sender::try_send`] fail with `WouldBlock`, never wait.
+#[derive(Debug)]
+pub struct Sender {
+    sock: OwnedFd,
+}
+
+impl Sender {
+    /// Connect to the backend listening at `path`.
+    pub fn connect(path: &Path) -> io::Result<Sender> {
+        let sock = socket_with(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
+        connect(&sock, &SocketAddrUnix::new(path)?)?;
+        rustix::io::ioctl_fionbio(&sock, true)?;
+        Ok(Sender { sock })
+    }
+
+    /// Hand over as many of `batch` (each connection's descriptor with its record) as fit
+    /// in one message, from the first; returns how many went. Those are the backend's
+    /// now: the caller closes its own descriptors for them (the backend has duplicates).
+    /// `WouldBlock`: the backend's queue is full, nothing was sent. A record too large
+    /// for any message is `InvalidInput`.
+    pub fn try_send(&self, batch: &[(BorrowedFd<'_>, &Record)]) -> io::Result<usize> {
+        if batch.is_empty() {
+            return Ok(0);
+        }
+        let records: Vec<&Record> = batch.iter().map(|(_, r)| *r).collect();
+        let n = wire::fits(&records);
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a hand-off record larger than one message",
+            ));
+        }
+        let mut bytes = Vec::with_capacity(MAX_MESSAGE.min(64 * 1024));
+        wire::encode(&records[..n], &mut bytes);
+        let fds: Vec<BorrowedFd<'_>> = batch[..n].iter().map(|(fd, _)| *fd).collect();
+        let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(n))];
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+            return Err(io::Error::other(
+                "descriptors do not fit the control buffer",
+            ));
+        }
+        sendmsg(
+            &self.sock,
+            &[IoSlice::new(&bytes)],
+            &mut control,
+            SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
+        )?;
+        Ok(n)
+    }
+}
+
+impl AsFd for Sender {
+    /// For waiting until the backend can take more (poll for writable).
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+}
+
+/// A backend's listening hand-off socket. The socket file is removed when it is dropped.
+#[derive(Debug)]
+pub struct Receiver {
+    sock: OwnedFd,
+    path: PathBuf,
+}
+
+impl Receiver {
+    /// Listen at `path` (which must not exist).
+    pub fn bind(path: &Path) -> io::Result<Receiver> {
+        let sock = socket_with(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
+        bind(&sock, &SocketAddrUnix::new(path)?)?;
+        listen(&sock, 128)?;
+        Ok(Receiver {
+            sock,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Wait for a sender (one per ramjet worker) to connect.
+    pub fn accept(&self) -> io::Result<Channel> {
+        Ok(Channel {
+            sock: accept_with(&self.sock, SocketFlags::CLOEXEC)?,
+        })
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// One sender's connection to a backend: a sequence of batches.
+#[derive(Debug)]
+pub struct Channel {
+    sock: OwnedFd,
+}
+
+/// A connection handed over: serve `stream` as if `prefix` had just been read from it.
+#[derive(Debug)]
+pub struct Handed {
+    pub stream: TcpStream,
+    pub id: u64,
+    pub listener: u16,
+    pub client: SocketAddr,
+    pub local: SocketAddr,
+    pub prefix: Vec<u8>,
+}
+
+impl Channel {
+    /// Wait for the next batch; `None` when the sender has closed the channel. A message
+    /// that does not parse, whose descriptors do not match its records, or whose
+    /// descriptors are not stream sockets is an `InvalidData` error, and every descriptor
+    /// that came with it is closed.
+    pub fn recv(&self) -> io::Result<Option<Vec<Handed>>> {
+        let mut buf = vec![0u8; MAX_MESSAGE];
+        let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_BATCH))];
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let msg = recvmsg(
+            &self.sock,
+            &mut [IoSliceMut::new(&mut buf)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        )?;
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        for m in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(r) = m {
+                fds.extend(r);
+            }
+        }
+        if msg.bytes == 0 && fds.is_empty() {
+            return Ok(None);
+        }
+        let bad = |what: String| io::Error::new(io::ErrorKind::InvalidData, what);
+        if msg.flags.contains(ReturnFlags::TRUNC) {
+            return Err(bad(format!("a hand-off message over {MAX_MESSAGE} bytes")));
+        }
+        if msg.flags.contains(ReturnFlags::CTRUNC) {
+            return Err(bad(format!(
+                "more than {MAX_BATCH} descriptors in a message"
+            )));
+        }
+        let records = wire::decode(&buf[..msg.bytes]).map_err(|e| bad(e.to_string()))?;
+        if records.len() != fds.len() {
+            return Err(bad(format!(
+                "{} records but {} descriptors in a hand-off message",
+                records.len(),
+                fds.len()
+            )));
+        }
+        for fd in &fds {
+            if sockopt::socket_type(fd).ok() != Some(SocketType::STREAM) {
+                return Err(bad(
+                    "a handed-off descriptor that is not a stream socket".into()
+                ));
+            }
+        }
+        Ok(Some(
+            records
+                .into_iter()
+                .zip(fds)
+                .map(|(r, fd)| Handed {
+                    stream: TcpStream::from(fd),
+                    id: r.id,
+                    listener: r.listener,
+                    client: r.client,
+                    local: r.local,
+                    prefix: r.prefix,
+                })
+                .collect(),
+        ))
+    }
+}
