@@ -14,6 +14,16 @@ use rustix::net::{
 
 use crate::wire::{self, Record, MAX_BATCH, MAX_MESSAGE};
 
+/// A new UNIX `SOCK_SEQPACKET` socket, close-on-exec.
+fn seqpacket() -> io::Result<OwnedFd> {
+    Ok(socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?)
+}
+
 /// ramjet's end of a backend's hand-off socket. Non-blocking: a backend that is not
 /// receiving makes [`Sender::try_send`] fail with `WouldBlock`, never wait.
 #[derive(Debug)]
@@ -24,12 +34,7 @@ pub struct Sender {
 impl Sender {
     /// Connect to the backend listening at `path`.
     pub fn connect(path: &Path) -> io::Result<Sender> {
-        let sock = socket_with(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )?;
+        let sock = seqpacket()?;
         connect(&sock, &SocketAddrUnix::new(path)?)?;
         rustix::io::ioctl_fionbio(&sock, true)?;
         Ok(Sender { sock })
@@ -89,12 +94,7 @@ pub struct Receiver {
 impl Receiver {
     /// Listen at `path` (which must not exist).
     pub fn bind(path: &Path) -> io::Result<Receiver> {
-        let sock = socket_with(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )?;
+        let sock = seqpacket()?;
         bind(&sock, &SocketAddrUnix::new(path)?)?;
         listen(&sock, 128)?;
         Ok(Receiver {

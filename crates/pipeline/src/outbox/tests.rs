@@ -295,16 +295,21 @@ fn fill(out: &mut Outbox, resps: &[Resp], file: &Arc<File>, faults: bool) -> (Ve
     (expect, bodies)
 }
 
+/// Flush `out` into `sink` on a fresh current-thread runtime.
+fn flush_on_runtime(out: &mut Outbox, sink: &Script) -> Result<(), WriteError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(out.flush(sink, Duration::from_secs(1), None))
+}
+
 fn flush(resps: &[Resp], seed: u64, zeros: bool, errors: bool) {
     let file = file();
     let mut out = Outbox::default();
     let (expect, bodies) = fill(&mut out, resps, &file, zeros || errors);
     let sink = Script::new(seed, zeros, errors);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let result = rt.block_on(out.flush(&sink, Duration::from_secs(1), None));
+    let result = flush_on_runtime(&mut out, &sink);
     let corks = sink.corks.into_inner();
     let wrote = sink.out.into_inner();
     assert!(
@@ -371,12 +376,7 @@ fn empty_bodies_issue_no_writes_of_their_own() {
         out.body(resp, Body::Parts(vec![Part::Bytes(Bytes::new())]), false);
     }
     let sink = Script::new(1, false, false);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(out.flush(&sink, Duration::from_secs(1), None))
-        .unwrap();
+    flush_on_runtime(&mut out, &sink).unwrap();
     assert_eq!(sink.out.into_inner().len(), 3 * 19);
     assert_eq!(out.body_written, vec![0, 0, 0]);
 }
@@ -404,12 +404,7 @@ fn long_file_bodies_are_corked_until_their_end() {
             false,
         );
         let sink = Script::new(7, false, false);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(out.flush(&sink, Duration::from_secs(1), None))
-            .unwrap();
+        flush_on_runtime(&mut out, &sink).unwrap();
         assert_eq!(sink.out.into_inner().len() as u64, 19 + len);
         assert_eq!(sink.corks.into_inner(), expect, "body of {len} bytes");
     }

@@ -158,8 +158,9 @@ fn metrics_are_counted_per_location_and_class_and_parse_as_prometheus() {
     s.assert_clean_log(&["502", "127.0.0.1:1"]);
 }
 
-#[test]
-fn the_status_page_lists_slow_downloads_and_connection_states() {
+/// A server with files and a status page at /server-status, and a client that asked for
+/// its 8 MiB file and does not read: the download stays in progress.
+fn status_server_with_a_stalled_download() -> (Server, std::net::TcpStream) {
     let dir = Server::dir();
     std::fs::create_dir_all(dir.path().join("root")).unwrap();
     std::fs::write(dir.path().join("root/big.bin"), crate::bytes(8 << 20, 7)).unwrap();
@@ -169,12 +170,17 @@ fn the_status_page_lists_slow_downloads_and_connection_states() {
         dir,
         "[limits]\nsend_buffer = \"8k\"\n[[location]]\nroot = \"root\"\n[[location]]\npath = \"/server-status\"\nhandlers = [\"status\"]\n",
     );
-    // A client that asks for 8 MiB and does not read: the download stays in progress.
     let mut slow = std::net::TcpStream::connect(s.addr).unwrap();
     slow.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
         .unwrap();
     let mut first = [0u8; 1];
     slow.read_exact(&mut first).unwrap();
+    (s, slow)
+}
+
+#[test]
+fn the_status_page_lists_slow_downloads_and_connection_states() {
+    let (s, slow) = status_server_with_a_stalled_download();
     // A keep-alive connection left idle after one request.
     let mut idle = s.client();
     idle.send(b"GET /small.txt HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -268,21 +274,8 @@ fn chromium(dir: &std::path::Path, args: &[&str]) -> String {
 /// DOM it built says what the JSON says.
 #[test]
 fn the_status_page_renders_in_chromium_and_matches_the_json() {
-    let dir = Server::dir();
-    std::fs::create_dir_all(dir.path().join("root")).unwrap();
-    std::fs::write(dir.path().join("root/big.bin"), crate::bytes(8 << 20, 3)).unwrap();
-    std::fs::write(dir.path().join("root/small.txt"), "s").unwrap();
-    let s = Server::start(
-        crate::BIN,
-        dir,
-        "[limits]\nsend_buffer = \"8k\"\n[[location]]\nroot = \"root\"\n[[location]]\npath = \"/server-status\"\nhandlers = [\"status\"]\n",
-    );
     // Content that stays put while the browser looks: a stalled download and a 404.
-    let mut slow = std::net::TcpStream::connect(s.addr).unwrap();
-    slow.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
-        .unwrap();
-    let mut first = [0u8; 1];
-    slow.read_exact(&mut first).unwrap();
+    let (s, slow) = status_server_with_a_stalled_download();
     let (_, code) = crate::curl(&["-o", "/dev/null", "-w", "%{http_code}", &s.url("/nope")]);
     assert_eq!(code, b"404");
     let json = crate::poll_until(|| {
