@@ -17,6 +17,9 @@ pub enum Handler {
     Metrics,
     /// The status page (HTML, or JSON with `?json`).
     Status,
+    /// Hand the client's connection itself to the backend process at the location's
+    /// `handoff` socket (`docs/HANDOFF.md`).
+    Handoff,
 }
 
 impl Handler {
@@ -28,6 +31,7 @@ impl Handler {
             Handler::Redirect => "redirect",
             Handler::Metrics => "metrics",
             Handler::Status => "status",
+            Handler::Handoff => "handoff",
         }
     }
 }

@@ -303,6 +303,9 @@ impl Resolved {
             let _ = writeln!(o, "charset = {}", text(s.charset.as_deref().unwrap_or("")));
             let _ = writeln!(o, "max_ranges = {}", s.max_ranges);
         }
+        if let Some(h) = &loc.handoff {
+            let _ = writeln!(o, "handoff = {}", text(&h.display().to_string()));
+        }
         if let Some(r) = &loc.redirect {
             let _ = writeln!(o, "redirect = {}", text(&r.target));
             let _ = writeln!(o, "redirect_status = {}", r.status);

@@ -184,6 +184,9 @@ pub struct RawLocation {
     pub redirect: Option<Spanned<String>>,
     /// 301 (default), 302, 303, 307 or 308.
     pub redirect_status: Option<u16>,
+    /// UNIX socket (absolute path) of a backend that takes the client connections
+    /// themselves (the `handoff` handler; not inherited).
+    pub handoff: Option<Spanned<String>>,
     /// Files served in place of the server's own error page, by status (`"404"`) or class
     /// (`"5xx"`); read at load.
     pub error_pages: Option<BTreeMap<String, Spanned<String>>>,

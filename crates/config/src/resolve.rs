@@ -589,6 +589,10 @@ impl<'a> Resolver<'a> {
             true => Some(self.redirect(loc, key)?),
             false => None,
         };
+        let handoff = match handlers.contains(&Handler::Handoff) {
+            true => Some(self.handoff(loc, key)?),
+            false => None,
+        };
         let by_type: Option<std::collections::BTreeMap<String, Duration>> = loc
             .expires_by_type
             .as_ref()
@@ -633,6 +637,7 @@ impl<'a> Resolver<'a> {
             access,
             response_headers,
             redirect,
+            handoff,
             error_pages,
             auth,
             metrics: 0,
@@ -786,6 +791,31 @@ impl<'a> Resolver<'a> {
             .map_err(|m| self.err(Some(realm.span()), &format!("{key}.auth_basic"), m))
     }
 
+    /// A location's hand-off socket: an absolute path (the backend may start later, so it
+    /// need not exist yet).
+    fn handoff(
+        &self,
+        l: &RawLocation,
+        key: &str,
+    ) -> Result<std::sync::Arc<std::path::PathBuf>, ConfigError> {
+        let Some(path) = l.handoff.as_ref() else {
+            return Err(self.err(
+                l.path.as_ref().map(|p| p.span()),
+                &format!("{key}.handoff"),
+                "missing: a location with the handoff handler names the backend's socket".into(),
+            ));
+        };
+        let p = std::path::PathBuf::from(path.get_ref());
+        if !p.is_absolute() {
+            return Err(self.err(
+                Some(path.span()),
+                &format!("{key}.handoff"),
+                format!("`{}` is not an absolute path", path.get_ref()),
+            ));
+        }
+        Ok(std::sync::Arc::new(p))
+    }
+
     /// A location's redirect target and status (not inherited: each says where it goes).
     fn redirect(&self, l: &RawLocation, key: &str) -> Result<RedirectOptions, ConfigError> {
         let Some(target) = l.redirect.as_ref() else {
@@ -854,6 +884,8 @@ impl<'a> Resolver<'a> {
             let proxied = l.proxy.is_some() || d.proxy.is_some();
             return Ok(vec![if l.redirect.is_some() {
                 Handler::Redirect
+            } else if l.handoff.is_some() {
+                Handler::Handoff
             } else if proxied {
                 Handler::Proxy
             } else {

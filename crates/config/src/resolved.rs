@@ -106,6 +106,8 @@ pub struct Location {
     pub response_headers: Option<Box<crate::headers::ResponseHeaders>>,
     /// Present when `handlers` has `redirect`.
     pub redirect: Option<RedirectOptions>,
+    /// The backend's hand-off socket, for the `handoff` handler.
+    pub handoff: Option<std::sync::Arc<std::path::PathBuf>>,
     /// Pages in place of the server's own error pages; `None`: the server's.
     pub error_pages: Option<std::sync::Arc<crate::ErrorPages>>,
     /// Basic authentication; `None`: no check on the hot path.

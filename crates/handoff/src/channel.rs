@@ -124,6 +124,8 @@ pub struct Channel {
 }
 
 /// A connection handed over: serve `stream` as if `prefix` had just been read from it.
+/// `stream` is in blocking mode, like any new std stream (an event loop sets it
+/// non-blocking, e.g. before `tokio::net::TcpStream::from_std`).
 #[derive(Debug)]
 pub struct Handed {
     pub stream: TcpStream,
@@ -182,19 +184,21 @@ impl Channel {
                 ));
             }
         }
-        Ok(Some(
-            records
-                .into_iter()
-                .zip(fds)
-                .map(|(r, fd)| Handed {
-                    stream: TcpStream::from(fd),
-                    id: r.id,
-                    listener: r.listener,
-                    client: r.client,
-                    local: r.local,
-                    prefix: r.prefix,
-                })
-                .collect(),
-        ))
+        let mut out = Vec::with_capacity(records.len());
+        for (r, fd) in records.into_iter().zip(fds) {
+            let stream = TcpStream::from(fd);
+            // The sender's socket was non-blocking, and that flag belongs to the socket,
+            // not to a descriptor: a std stream is handed over blocking, as std makes them.
+            stream.set_nonblocking(false)?;
+            out.push(Handed {
+                stream,
+                id: r.id,
+                listener: r.listener,
+                client: r.client,
+                local: r.local,
+                prefix: r.prefix,
+            });
+        }
+        Ok(Some(out))
     }
 }

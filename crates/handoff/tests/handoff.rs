@@ -108,6 +108,9 @@ fn a_batch_of_live_connections_is_served_by_the_receiver() {
         assert_eq!(peer, c.local_addr().unwrap());
         let mut prefix = vec![0u8; first.len()];
         s.read_exact(&mut prefix).unwrap();
+        // As ramjet's sockets are: the receiver must hand them over blocking, or its
+        // blocking reads of the rest of each head would fail with WouldBlock.
+        s.set_nonblocking(true).unwrap();
         clients.push(c);
         accepted.push((s, peer, prefix));
     }

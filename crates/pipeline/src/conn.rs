@@ -64,6 +64,8 @@ struct Answered {
     body: Result<Option<Finished>, ramjet_http1::ErrorKind>,
     /// The connection switched protocols (101): it is a tunnel from now on.
     tunnel: Option<Box<dyn Tunnel>>,
+    /// The connection goes to the backend at this socket, this request included.
+    handoff: Option<std::sync::Arc<std::path::PathBuf>>,
 }
 
 enum ReadOutcome {
@@ -187,7 +189,7 @@ impl Conn {
         // A local handle on the configuration (not `self.generation`), so that borrowing it
         // does not conflict with `&mut self` calls; refreshed only when a reload happened.
         let mut gen = self.generation.clone();
-        loop {
+        'requests: loop {
             if self.start == self.buf.len() {
                 // Everything read has been answered: write, log, then wait idle.
                 if !self.flush(w).await || self.state.is_closing() {
@@ -217,98 +219,119 @@ impl Conn {
             let config = &gen.config;
             // The parsed head borrows the read buffer and is large: it lives only inside this
             // match, so the awaits below do not carry it in every connection's future.
-            let answered = match parse_request_head(&self.buf[self.start..], &config.limits.http1) {
-                Parse::Partial => {
-                    let deadline = match self.state {
-                        State::ReadingHead(d) => d,
-                        _ => self.read_at + config.timeouts.header,
-                    };
-                    self.state = State::ReadingHead(deadline);
-                    if !self.flush(w).await {
-                        return;
-                    }
-                    match self.read_more(w, deadline, false).await {
-                        ReadOutcome::Data => {}
-                        ReadOutcome::Timeout => {
-                            self.fail(w, 408, Version::Http11);
-                            let _ = self.flush(w).await;
+            let answered = 'answer: {
+                match parse_request_head(&self.buf[self.start..], &config.limits.http1) {
+                    Parse::Partial => {
+                        let deadline = match self.state {
+                            State::ReadingHead(d) => d,
+                            _ => self.read_at + config.timeouts.header,
+                        };
+                        self.state = State::ReadingHead(deadline);
+                        if !self.flush(w).await {
                             return;
                         }
-                        _ => return,
-                    }
-                    continue;
-                }
-                Parse::Invalid(kind) => {
-                    self.fail(w, kind.status(), Version::Http11);
-                    let _ = self.flush(w).await;
-                    return self.close().await;
-                }
-                Parse::Complete(head) => {
-                    let started = self.read_at;
-                    let (response, body, location) =
-                        match BodyDecoder::new(head.framing, config.limits.max_body_any) {
-                            Ok(_) if self.refuse => (too_many(config), Ok(None), None),
-                            Err(kind) => {
-                                let mut r = error_response(kind.status());
-                                customise(&mut r, config.error_pages.as_deref());
-                                (r, Err(kind), None)
+                        match self.read_more(w, deadline, false).await {
+                            ReadOutcome::Data => {}
+                            ReadOutcome::Timeout => {
+                                self.fail(w, 408, Version::Http11);
+                                let _ = self.flush(w).await;
+                                return;
                             }
-                            Ok(decoder) => {
-                                // 100 Continue only when no earlier response is still queued:
-                                // it must not overtake one.
-                                let reader = RequestBody::new(
-                                    &self.stream,
-                                    &self.buf[self.start + head.head_len()..],
-                                    decoder,
-                                    head.expect_continue && self.out.is_empty(),
-                                    config.timeouts.header,
-                                );
-                                let addrs = (self.peer, w.listener(self.listener));
-                                match stage::respond(
-                                    &w.content, config, &head, started, addrs, reader,
-                                ) {
-                                    Ok(answer) => answer,
-                                    Err(later) => later.await,
+                            _ => return,
+                        }
+                        continue 'requests;
+                    }
+                    Parse::Invalid(kind) => {
+                        self.fail(w, kind.status(), Version::Http11);
+                        let _ = self.flush(w).await;
+                        return self.close().await;
+                    }
+                    Parse::Complete(head) => {
+                        let started = self.read_at;
+                        let (response, body, location) =
+                            match BodyDecoder::new(head.framing, config.limits.max_body_any) {
+                                Ok(_) if self.refuse => (too_many(config), Ok(None), None),
+                                Err(kind) => {
+                                    let mut r = error_response(kind.status());
+                                    customise(&mut r, config.error_pages.as_deref());
+                                    (r, Err(kind), None)
                                 }
-                            }
-                        };
-                    let keep = head.keep_alive && body.is_ok() && !w.stopping.get() && !self.refuse;
-                    let mut response = response;
-                    let tunnel = upgrade_of(&mut response);
-                    let status = response.status;
-                    let upstream = response
-                        .extras
-                        .as_mut()
-                        .and_then(|e| e.upstream.take())
-                        .map(Box::new);
-                    let extra = location.and_then(|l| l.response_headers.as_deref());
-                    // Send rates: only when a location or the server has them (one test here
-                    // otherwise).
-                    if self.throttle.is_some()
-                        || config.send_rate.is_some()
-                        || location.is_some_and(|l| l.shaping.is_some())
-                    {
-                        self.throttle = Throttle::of(
-                            (location, self.seen_generation),
-                            config,
-                            self.peer,
-                            self.throttle.take(),
-                        );
-                    }
-                    let (unix_secs, keep) = queue(w, &mut self.out, response, &head, keep, extra);
-                    let mut pending = self.pending_of(&head, status, started, unix_secs);
-                    pending.upstream = upstream;
-                    pending.slot = location.map_or(0, |l| l.metrics);
-                    self.pending.push(pending);
-                    Answered {
-                        head_len: head.head_len(),
-                        expect_continue: head.expect_continue,
-                        keep,
-                        body,
-                        tunnel,
+                                Ok(decoder) => {
+                                    // 100 Continue only when no earlier response is still queued:
+                                    // it must not overtake one.
+                                    let reader = RequestBody::new(
+                                        &self.stream,
+                                        &self.buf[self.start + head.head_len()..],
+                                        decoder,
+                                        head.expect_continue && self.out.is_empty(),
+                                        config.timeouts.header,
+                                    );
+                                    let addrs = (self.peer, w.listener(self.listener));
+                                    match stage::respond(
+                                        &w.content, config, &head, started, addrs, reader,
+                                    ) {
+                                        Ok(answer) => answer,
+                                        Err(later) => later.await,
+                                    }
+                                }
+                            };
+                        let mut response = response;
+                        if let Some(socket) =
+                            response.extras.as_mut().and_then(|e| e.handoff.take())
+                        {
+                            // Nothing is queued for it: the backend answers this request.
+                            break 'answer Answered {
+                                head_len: head.head_len(),
+                                expect_continue: false,
+                                keep: false,
+                                body: Ok(None),
+                                tunnel: None,
+                                handoff: Some(socket),
+                            };
+                        }
+                        let keep =
+                            head.keep_alive && body.is_ok() && !w.stopping.get() && !self.refuse;
+                        let tunnel = upgrade_of(&mut response);
+                        let status = response.status;
+                        let upstream = response
+                            .extras
+                            .as_mut()
+                            .and_then(|e| e.upstream.take())
+                            .map(Box::new);
+                        let extra = location.and_then(|l| l.response_headers.as_deref());
+                        // Send rates: only when a location or the server has them (one test here
+                        // otherwise).
+                        if self.throttle.is_some()
+                            || config.send_rate.is_some()
+                            || location.is_some_and(|l| l.shaping.is_some())
+                        {
+                            self.throttle = Throttle::of(
+                                (location, self.seen_generation),
+                                config,
+                                self.peer,
+                                self.throttle.take(),
+                            );
+                        }
+                        let (unix_secs, keep) =
+                            queue(w, &mut self.out, response, &head, keep, extra);
+                        let mut pending = self.pending_of(&head, status, started, unix_secs);
+                        pending.upstream = upstream;
+                        pending.slot = location.map_or(0, |l| l.metrics);
+                        self.pending.push(pending);
+                        Answered {
+                            head_len: head.head_len(),
+                            expect_continue: head.expect_continue,
+                            keep,
+                            body,
+                            tunnel,
+                            handoff: None,
+                        }
                     }
                 }
             };
+            if let Some(socket) = answered.handoff {
+                return Box::pin(self.hand_off(w, socket)).await;
+            }
             self.start += answered.head_len;
             let Answered {
                 expect_continue,
@@ -748,6 +771,47 @@ impl Conn {
             crate::tunnel::Ended::Closed(None) => {}
             crate::tunnel::Ended::Closed(Some(e)) => tracing::debug!("{}: tunnel: {e}", self.peer),
             crate::tunnel::Ended::Idle => tracing::debug!("{}: tunnel idle; closed", self.peer),
+        }
+    }
+
+    /// Hand the connection to the backend at `socket`: earlier responses go out first, then
+    /// the descriptor with every byte read from this request on (the head, a pipelined
+    /// request, the start of a body) and the client's address. The connection is the
+    /// backend's from then on; ramjet only closes its own copy. A backend that is not
+    /// listening or not receiving gets the client a 503 instead, never silence.
+    async fn hand_off<C: Content>(
+        &mut self,
+        w: &HttpWorker<C>,
+        socket: std::sync::Arc<std::path::PathBuf>,
+    ) {
+        if !self.flush(w).await {
+            return;
+        }
+        let record = ramjet_handoff::Record {
+            id: w.next_handoff_id(),
+            listener: self.listener,
+            client: self.peer,
+            local: w.listener(self.listener),
+            prefix: self.buf[self.start..].to_vec(),
+        };
+        use std::os::fd::AsFd;
+        match w.hand_off(&socket, self.stream.as_fd(), &record) {
+            Ok(()) => tracing::debug!(
+                "{}: connection {} handed to {}",
+                self.peer,
+                record.id,
+                socket.display()
+            ),
+            Err(e) => {
+                tracing::warn!(
+                    "{}: hand-off to {}: {e}; answered 503",
+                    self.peer,
+                    socket.display()
+                );
+                self.fail(w, 503, Version::Http11);
+                let _ = self.flush(w).await;
+                self.close().await;
+            }
         }
     }
 

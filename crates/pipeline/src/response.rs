@@ -35,6 +35,21 @@ pub struct Extras {
     pub interim: Vec<u8>,
     /// For the access log, when a backend was involved.
     pub upstream: Option<ramjet_observe::UpstreamLog>,
+    /// Not a response: hand the connection itself to the backend at this socket
+    /// (`docs/HANDOFF.md`), with the request's bytes; the connection then ends here.
+    pub handoff: Option<Arc<std::path::PathBuf>>,
+}
+
+impl Response {
+    /// Not an answer: the connection goes to the backend listening at `socket`.
+    pub fn handoff(socket: Arc<std::path::PathBuf>) -> Response {
+        let mut r = Response::new(200, Body::Empty);
+        r.extras = Some(Box::new(Extras {
+            handoff: Some(socket),
+            ..Default::default()
+        }));
+        r
+    }
 }
 
 /// A message body.

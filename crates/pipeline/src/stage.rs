@@ -268,8 +268,8 @@ fn finish(outcome: Outcome, head: &RequestHead<'_>) -> Response {
             let mut r = error_response(f.log(head.request_line()));
             if let Some(upstream) = f.upstream {
                 r.extras = Some(Box::new(crate::response::Extras {
-                    interim: Vec::new(),
                     upstream: Some(upstream),
+                    ..Default::default()
                 }));
             }
             r

@@ -214,6 +214,7 @@ pub(crate) async fn forward(
                 response.extras = Some(Box::new(Extras {
                     interim,
                     upstream: logged(order_now, status),
+                    ..Default::default()
                 }));
                 return Outcome::Respond(response);
             }

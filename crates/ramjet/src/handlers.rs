@@ -42,6 +42,9 @@ impl Handlers {
             Handler::Redirect => self.redirect.produce(req),
             Handler::Metrics => self.metrics.produce(req),
             Handler::Status => self.status.produce(req),
+            Handler::Handoff => Ok(Outcome::Respond(ramjet_pipeline::Response::handoff(
+                req.location.handoff.clone().unwrap_or_default(),
+            ))),
         }
     }
 

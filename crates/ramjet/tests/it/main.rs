@@ -11,6 +11,7 @@ mod config;
 mod docs;
 mod edges;
 mod files;
+mod handoff;
 mod lifecycle;
 mod observe;
 mod park;
