@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use ramjet_handoff::Receiver;
-use ramjet_testkit::Server;
+use ramjet_testkit::{Client, Server};
 
 /// A backend thread: every request on every handed connection is answered with
 /// "backend <client> <request line> body=<body>" (Content-Length bodies are read).
@@ -86,39 +86,6 @@ fn server(socket: &Path) -> Server {
     )
 }
 
-/// Read `n` Content-Length framed responses; their bodies.
-fn bodies(stream: &mut TcpStream, n: usize) -> Vec<String> {
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut buf = Vec::new();
-    let mut out = Vec::new();
-    while out.len() < n {
-        if let Some(end) = buf.windows(4).position(|w: &[u8]| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length: "))
-                .unwrap()
-                .trim()
-                .parse()
-                .unwrap();
-            if buf.len() >= end + 4 + len {
-                let status = head.lines().next().unwrap().to_string();
-                let body = String::from_utf8_lossy(&buf[end + 4..end + 4 + len]).into_owned();
-                out.push(format!("{status} | {body}"));
-                buf.drain(..end + 4 + len);
-                continue;
-            }
-        }
-        let mut chunk = [0u8; 4096];
-        let k = stream.read(&mut chunk).expect("a response");
-        assert!(k > 0, "closed after {} responses", out.len());
-        buf.extend_from_slice(&chunk[..k]);
-    }
-    out
-}
-
 #[test]
 fn a_handed_off_connection_is_answered_by_the_backend_with_the_real_client_address() {
     let dir = tempfile::tempdir().unwrap();
@@ -138,35 +105,32 @@ fn a_handed_off_connection_is_answered_by_the_backend_with_the_real_client_addre
     // A static request and a handed one pipelined in one write: ramjet answers the
     // first, then the connection goes, and the backend answers the second and what
     // follows on the same connection.
-    let mut c = TcpStream::connect(s.addr).unwrap();
-    let me = c.local_addr().unwrap();
-    c.write_all(b"GET /static.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /app/two HTTP/1.1\r\nHost: t\r\n\r\nGET /static.txt HTTP/1.1\r\nHost: t\r\n\r\n")
-        .unwrap();
-    let got = bodies(&mut c, 3);
-    assert_eq!(got[0], "http/1.1 200 ok | from ramjet");
+    let mut c = Client::connect(s.addr);
+    let me = c.stream.local_addr().unwrap();
+    c.send(b"GET /static.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /app/two HTTP/1.1\r\nHost: t\r\n\r\nGET /static.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).text(), "from ramjet");
     assert_eq!(
-        got[1],
-        format!("http/1.1 200 ok | backend {me} GET /app/two HTTP/1.1 body=")
+        c.response(false).text(),
+        format!("backend {me} GET /app/two HTTP/1.1 body=")
     );
     assert_eq!(
-        got[2],
-        format!("http/1.1 200 ok | backend {me} GET /static.txt HTTP/1.1 body=")
+        c.response(false).text(),
+        format!("backend {me} GET /static.txt HTTP/1.1 body=")
     );
 
     // A head in two packets and a body partly sent with it: the backend reads the rest.
     // (Separate segments with TCP_NODELAY; however the server's reads split them, the
     // first half of the body is ramjet's prefix or still in the socket, and the backend
     // gets all ten bytes.)
-    let mut c = TcpStream::connect(s.addr).unwrap();
-    c.set_nodelay(true).unwrap();
-    c.write_all(b"POST /app/form HTTP/1.1\r\nHo").unwrap();
-    c.write_all(b"st: t\r\nContent-Length: 10\r\n\r\n12345")
-        .unwrap();
-    c.write_all(b"67890").unwrap();
-    let got = bodies(&mut c, 1);
+    let mut c = Client::connect(s.addr);
+    c.stream.set_nodelay(true).unwrap();
+    c.send(b"POST /app/form HTTP/1.1\r\nHo");
+    c.send(b"st: t\r\nContent-Length: 10\r\n\r\n12345");
+    c.send(b"67890");
+    let got = c.response(false).text();
     assert!(
-        got[0].ends_with("POST /app/form HTTP/1.1 body=1234567890"),
-        "{got:?}"
+        got.ends_with("POST /app/form HTTP/1.1 body=1234567890"),
+        "{got}"
     );
     s.assert_clean_log(&[]);
 }
@@ -176,18 +140,12 @@ fn a_backend_that_is_not_there_gets_the_client_a_503() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("absent.sock");
     let s = server(&socket);
-    let mut c = TcpStream::connect(s.addr).unwrap();
-    c.write_all(
-        b"GET /static.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /app/x HTTP/1.1\r\nHost: t\r\n\r\n",
-    )
-    .unwrap();
-    let got = bodies(&mut c, 2);
-    assert_eq!(got[0], "http/1.1 200 ok | from ramjet");
-    assert!(got[1].starts_with("http/1.1 503"), "{got:?}");
+    let mut c = Client::connect(s.addr);
+    c.send(b"GET /static.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /app/x HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).text(), "from ramjet");
+    assert_eq!(c.response(false).status, 503);
     // Then the connection is closed.
-    let mut rest = Vec::new();
-    c.read_to_end(&mut rest).unwrap();
-    assert!(rest.is_empty());
+    assert!(c.closed());
     assert!(s.wait_for_log("hand-off to", Duration::from_secs(10)));
     s.assert_clean_log(&["hand-off to", "503"]);
 }
