@@ -775,10 +775,12 @@ impl Conn {
     }
 
     /// Hand the connection to the backend at `socket`: earlier responses go out first, then
-    /// the descriptor with every byte read from this request on (the head, a pipelined
-    /// request, the start of a body) and the client's address. The connection is the
-    /// backend's from then on; ramjet only closes its own copy. A backend that is not
-    /// listening or not receiving gets the client a 503 instead, never silence.
+    /// the connection joins the worker's hand-off queue with every byte read from this
+    /// request on (the head, a pipelined request, the start of a body) and the client's
+    /// address. After one yield, so that the other connections of this event-loop turn
+    /// queue theirs, the queue is sent in batches (whichever task gets there first sends
+    /// them all). The connection is the backend's from then on; a backend that cannot take
+    /// it answers the client 503 (`handoff::Handoffs::flush`).
     async fn hand_off<C: Content>(
         &mut self,
         w: &HttpWorker<C>,
@@ -787,31 +789,38 @@ impl Conn {
         if !self.flush(w).await {
             return;
         }
+        use std::os::fd::AsFd;
+        let fd = match ramjet_runtime::sys::duplicate(self.stream.as_fd()) {
+            Ok(fd) => fd,
+            Err(e) => {
+                tracing::warn!("{}: hand-off: {e}; answered 503", self.peer);
+                self.fail(w, 503, Version::Http11);
+                let _ = self.flush(w).await;
+                return self.close().await;
+            }
+        };
         let record = ramjet_handoff::Record {
-            id: w.next_handoff_id(),
+            id: w.handoffs.next_id(),
             listener: self.listener,
             client: self.peer,
             local: w.listener(self.listener),
             prefix: self.buf[self.start..].to_vec(),
         };
-        use std::os::fd::AsFd;
-        match w.hand_off(&socket, self.stream.as_fd(), &record) {
-            Ok(()) => tracing::debug!(
-                "{}: connection {} handed to {}",
-                self.peer,
-                record.id,
-                socket.display()
-            ),
-            Err(e) => {
-                tracing::warn!(
-                    "{}: hand-off to {}: {e}; answered 503",
-                    self.peer,
-                    socket.display()
-                );
-                self.fail(w, 503, Version::Http11);
-                let _ = self.flush(w).await;
-                self.close().await;
-            }
+        tracing::debug!(
+            "{}: connection {} to {}",
+            self.peer,
+            record.id,
+            socket.display()
+        );
+        w.handoffs.queue(socket, fd, record);
+        tokio::task::yield_now().await;
+        let done = w.handoffs.flush();
+        if done.messages > 0 {
+            tracing::debug!(
+                "handed {} connection(s) in {} message(s)",
+                done.connections,
+                done.messages
+            );
         }
     }
 

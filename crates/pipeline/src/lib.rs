@@ -13,6 +13,7 @@ mod date;
 mod error_page;
 mod failure;
 pub mod filters;
+mod handoff;
 mod outbox;
 mod park;
 mod request_body;

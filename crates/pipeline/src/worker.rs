@@ -56,10 +56,8 @@ pub struct HttpWorker<C: Content> {
     pub(crate) stats: &'static WorkerStats,
     /// Keep-alive connections idle for a while, waiting without a task.
     pub(crate) lot: Lot,
-    /// Connections to backends' hand-off sockets, made on first use.
-    handoff: RefCell<Vec<(std::sync::Arc<std::path::PathBuf>, ramjet_handoff::Sender)>>,
-    /// Correlation ids of handed-off connections (worker index in the top byte).
-    handoff_ids: Cell<u64>,
+    /// Connections being handed to backend processes, and the channels to them.
+    pub(crate) handoffs: crate::handoff::Handoffs,
 }
 
 impl<C: Content> HttpWorker<C> {
@@ -86,56 +84,8 @@ impl<C: Content> HttpWorker<C> {
             shutdown: Notify::new(),
             buffers: RefCell::new(Vec::new()),
             batches: RefCell::new(Vec::new()),
-            handoff: RefCell::new(Vec::new()),
-            handoff_ids: Cell::new((index as u64) << 56),
+            handoffs: crate::handoff::Handoffs::new(index),
         }
-    }
-
-    /// A correlation id for a handed-off connection, unique in this process.
-    pub(crate) fn next_handoff_id(&self) -> u64 {
-        let id = self.handoff_ids.get() + 1;
-        self.handoff_ids.set(id);
-        id
-    }
-
-    /// Send the connection `fd` with `record` to the backend at `socket`, connecting on
-    /// first use and once more if the backend was restarted. `WouldBlock`: the backend is
-    /// not receiving; nothing was sent.
-    pub(crate) fn hand_off(
-        &self,
-        socket: &std::sync::Arc<std::path::PathBuf>,
-        fd: std::os::fd::BorrowedFd<'_>,
-        record: &ramjet_handoff::Record,
-    ) -> std::io::Result<()> {
-        let mut senders = self.handoff.borrow_mut();
-        for attempt in 0..2 {
-            let at = match senders.iter().position(|(p, _)| p == socket) {
-                Some(at) => at,
-                None => {
-                    senders.push((socket.clone(), ramjet_handoff::Sender::connect(socket)?));
-                    senders.len() - 1
-                }
-            };
-            match senders[at].1.try_send(&[(fd, record)]) {
-                Ok(_) => return Ok(()),
-                // The backend closed this channel (a restart): connect again, once.
-                Err(e)
-                    if attempt == 0
-                        && matches!(
-                            e.kind(),
-                            std::io::ErrorKind::BrokenPipe
-                                | std::io::ErrorKind::ConnectionReset
-                                | std::io::ErrorKind::NotConnected
-                        ) =>
-                {
-                    senders.swap_remove(at);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(std::io::Error::other(
-            "the backend closed its hand-off socket twice",
-        ))
     }
 
     /// The address of listener `at` (unspecified if out of range, which the runtime never

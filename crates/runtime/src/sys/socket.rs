@@ -51,3 +51,10 @@ pub fn defer_accept(listener: BorrowedFd<'_>, seconds: u32) -> io::Result<()> {
 pub fn set_cork(socket: BorrowedFd<'_>, on: bool) -> io::Result<()> {
     set_int(socket, libc::IPPROTO_TCP, libc::TCP_CORK, on as libc::c_int)
 }
+
+/// A second descriptor for the same socket (close-on-exec): it keeps the connection open
+/// after the first is closed, e.g. while the connection waits to be handed to another
+/// process.
+pub fn duplicate(socket: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
+    Ok(rustix::io::fcntl_dupfd_cloexec(socket, 0)?)
+}
