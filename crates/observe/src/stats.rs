@@ -107,6 +107,11 @@ pub struct WorkerStats {
     pub cache_misses: Count,
     pub blocking_now: Count,
     pub blocking_total: Count,
+    /// Connections handed to backend processes, the messages that carried them, and the
+    /// ones answered 503 because their backend could not take them.
+    pub handoff_connections: Count,
+    pub handoff_messages: Count,
+    pub handoff_refused: Count,
     upstreams: [UpstreamCounts; UPSTREAM_SLOTS],
     downloads: Mutex<Vec<(u64, Download)>>,
     next_download: Count,
@@ -126,6 +131,9 @@ impl WorkerStats {
             cache_misses: Count::new(),
             blocking_now: Count::new(),
             blocking_total: Count::new(),
+            handoff_connections: Count::new(),
+            handoff_messages: Count::new(),
+            handoff_refused: Count::new(),
             upstreams: std::array::from_fn(|_| Default::default()),
             downloads: Mutex::new(Vec::new()),
             next_download: Count::new(),

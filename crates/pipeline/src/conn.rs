@@ -794,6 +794,7 @@ impl Conn {
             Ok(fd) => fd,
             Err(e) => {
                 tracing::warn!("{}: hand-off: {e}; answered 503", self.peer);
+                w.stats.handoff_refused.add(1);
                 self.fail(w, 503, Version::Http11);
                 let _ = self.flush(w).await;
                 return self.close().await;
@@ -815,6 +816,9 @@ impl Conn {
         w.handoffs.queue(socket, fd, record);
         tokio::task::yield_now().await;
         let done = w.handoffs.flush();
+        w.stats.handoff_connections.add(done.connections as u64);
+        w.stats.handoff_messages.add(done.messages as u64);
+        w.stats.handoff_refused.add(done.refused as u64);
         if done.messages > 0 {
             tracing::debug!(
                 "handed {} connection(s) in {} message(s)",

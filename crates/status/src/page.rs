@@ -72,7 +72,8 @@ pub(crate) fn html(s: &Snapshot) -> String {
          <tr><th>body bytes sent</th><td>{}</td><td>{}/s</td></tr>\n\
          <tr><th>last {:.0} s</th><td>{:.1} requests/s</td><td>{}/s</td></tr>\n\
          <tr><th>file cache hits / misses</th><td>{}</td><td>{}</td></tr>\n\
-         <tr><th>blocking jobs now / total</th><td>{}</td><td>{}</td></tr>\n</table>\n",
+         <tr><th>blocking jobs now / total</th><td>{}</td><td>{}</td></tr>\n\
+         <tr><th>handed off / in messages / refused</th><td>{}</td><td>{} / {}</td></tr>\n</table>\n",
         s.requests,
         s.requests as f64 / up,
         bytes(s.body_bytes as f64),
@@ -83,7 +84,10 @@ pub(crate) fn html(s: &Snapshot) -> String {
         s.cache_hits,
         s.cache_misses,
         s.blocking_now,
-        s.blocking_total
+        s.blocking_total,
+        s.handoff.connections,
+        s.handoff.messages,
+        s.handoff.refused
     );
     let c = &s.connections;
     let _ = write!(

@@ -163,6 +163,26 @@ pub(crate) fn render(s: &Snapshot) -> String {
         "Jobs given to the blocking pool.",
     );
     let _ = writeln!(o, "ramjet_blocking_jobs_total {}", s.blocking_total);
+    for (name, help, v) in [
+        (
+            "ramjet_handoff_connections_total",
+            "Client connections handed to backend processes.",
+            s.handoff.connections,
+        ),
+        (
+            "ramjet_handoff_messages_total",
+            "Messages that carried them (a message holds up to 64 connections).",
+            s.handoff.messages,
+        ),
+        (
+            "ramjet_handoff_refused_total",
+            "Connections answered 503 because their backend could not take them.",
+            s.handoff.refused,
+        ),
+    ] {
+        family(&mut o, name, "counter", help);
+        let _ = writeln!(o, "{name} {v}");
+    }
     family(
         &mut o,
         "ramjet_downloads",

@@ -8,6 +8,14 @@ use ramjet_observe::stats::{self, Waiting};
 /// Most downloads the status page lists (the slowest first).
 pub const DOWNLOADS_LISTED: usize = 20;
 
+/// Hand-off totals (see [`Snapshot::handoff`]).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Handoffs {
+    pub connections: u64,
+    pub messages: u64,
+    pub refused: u64,
+}
+
 /// One location's requests by status class.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct LocationCounts {
@@ -84,6 +92,9 @@ pub struct Snapshot {
     pub cache_misses: u64,
     pub blocking_now: u64,
     pub blocking_total: u64,
+    /// Connections handed to backend processes, in how many messages, and how many were
+    /// answered 503 instead.
+    pub handoff: Handoffs,
     pub locations: Vec<LocationCounts>,
     pub workers: Vec<WorkerCounts>,
     pub upstreams: Vec<UpstreamServerCounts>,
@@ -120,6 +131,7 @@ impl Snapshot {
         let mut c = Connections::default();
         let (mut cache_hits, mut cache_misses, mut blocking_now, mut blocking_total) = (0, 0, 0, 0);
         let mut body_bytes = 0;
+        let mut handoff = Handoffs::default();
         let mut per_worker = Vec::new();
         let mut downloads = Vec::new();
         for w in &workers {
@@ -147,6 +159,9 @@ impl Snapshot {
             blocking_now += w.blocking_now.get();
             blocking_total += w.blocking_total.get();
             body_bytes += w.body_bytes.get();
+            handoff.connections += w.handoff_connections.get();
+            handoff.messages += w.handoff_messages.get();
+            handoff.refused += w.handoff_refused.get();
             per_worker.push(WorkerCounts {
                 worker: w.worker,
                 requests: w.requests_total(),
@@ -196,6 +211,7 @@ impl Snapshot {
             cache_misses,
             blocking_now,
             blocking_total,
+            handoff,
             locations,
             workers: per_worker,
             upstreams,

@@ -73,6 +73,18 @@ fn serve(h: ramjet_handoff::Handed) {
     }
 }
 
+/// The value of an unlabelled metric in a /metrics scrape.
+fn metric(s: &Server, name: &str) -> u64 {
+    let (ok, text) = crate::curl(&[&s.url("/metrics")]);
+    assert!(ok);
+    let text = String::from_utf8(text).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+        .parse()
+        .unwrap()
+}
+
 fn server(socket: &Path) -> Server {
     let dir = Server::dir();
     std::fs::write(dir.path().join("root/static.txt"), "from ramjet").unwrap();
@@ -80,7 +92,7 @@ fn server(socket: &Path) -> Server {
         crate::BIN,
         dir,
         &format!(
-            "[[location]]\nroot = \"root\"\n[[location]]\npath = \"/app/\"\nhandoff = \"{}\"\n",
+            "[[location]]\nroot = \"root\"\n[[location]]\npath = \"/app/\"\nhandoff = \"{}\"\n[[location]]\npath = \"/metrics\"\nhandlers = [\"metrics\"]\n",
             socket.display()
         ),
     )
@@ -132,6 +144,14 @@ fn a_handed_off_connection_is_answered_by_the_backend_with_the_real_client_addre
         got.ends_with("POST /app/form HTTP/1.1 body=1234567890"),
         "{got}"
     );
+    // Three connections handed over (curl's, the pipelined one, the POST), in at most
+    // as many messages, none refused.
+    // (Counted by the worker just after the send, which may be after the backend's
+    // answer: polled.)
+    crate::poll_until(|| (metric(&s, "ramjet_handoff_connections_total") == 3).then_some(()));
+    let messages = metric(&s, "ramjet_handoff_messages_total");
+    assert!((1..=3).contains(&messages), "{messages}");
+    assert_eq!(metric(&s, "ramjet_handoff_refused_total"), 0);
     s.assert_clean_log(&[]);
 }
 
@@ -146,6 +166,8 @@ fn a_backend_that_is_not_there_gets_the_client_a_503() {
     assert_eq!(c.response(false).status, 503);
     // Then the connection is closed.
     assert!(c.closed());
+    crate::poll_until(|| (metric(&s, "ramjet_handoff_refused_total") == 1).then_some(()));
+    assert_eq!(metric(&s, "ramjet_handoff_connections_total"), 0);
     assert!(s.wait_for_log("hand-off to", Duration::from_secs(10)));
     s.assert_clean_log(&["hand-off to", "503"]);
 }
