@@ -92,6 +92,7 @@ impl Resolved {
         if let Some(n) = l.max_connections_per_client {
             let _ = writeln!(o, "max_connections_per_client = {n}");
         }
+        let _ = writeln!(o, "handoff_batch = {}", l.handoff_batch);
         if let Some(b) = &self.send_rate {
             let _ = writeln!(o, "send_rate = {}", size(b.rate()));
         }

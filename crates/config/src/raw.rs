@@ -89,6 +89,8 @@ pub struct RawLimits {
     pub send_rate: Option<Size>,
     /// Open connections per client address; past it, requests get 429.
     pub max_connections_per_client: Option<u32>,
+    /// Most connections per hand-off message (1 to 64).
+    pub handoff_batch: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -322,7 +322,15 @@ impl<'a> Resolver<'a> {
             max_connections: l.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
             send_buffer: l.send_buffer.map(|s| s.0 as usize),
             max_connections_per_client: l.max_connections_per_client,
+            handoff_batch: l.handoff_batch.map_or(ramjet_handoff::MAX_BATCH, |n| n as usize),
         };
+        if !(1..=ramjet_handoff::MAX_BATCH).contains(&limits.handoff_batch) {
+            self.keep::<()>(Err(self.err(
+                None,
+                "limits.handoff_batch",
+                format!("from 1 to {}", ramjet_handoff::MAX_BATCH),
+            )));
+        }
         if l.max_connections_per_client == Some(0) {
             self.keep::<()>(Err(self.err(
                 None,

@@ -53,6 +53,8 @@ pub struct Limits {
     pub send_buffer: Option<usize>,
     /// Open connections per client address (all workers); past it, requests get 429.
     pub max_connections_per_client: Option<u32>,
+    /// Most connections per hand-off message (1 to 64; 64 by default).
+    pub handoff_batch: usize,
 }
 
 /// Connection timeouts.

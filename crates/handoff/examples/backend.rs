@@ -2,7 +2,10 @@
 //! itself: every request gets a small text page saying which connection it came on, the
 //! client ramjet saw, and the request line. A starting point for a real backend.
 //!
-//!     cargo run -p ramjet-handoff --example backend -- /run/ramjet-backend.sock
+//!     cargo run -p ramjet-handoff --example backend -- /run/ramjet-backend.sock [ADDR:PORT]
+//!
+//! With an address it also accepts ordinary TCP connections there and answers them the
+//! same way (so the same backend can sit behind a reverse proxy, for comparison).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -16,6 +19,26 @@ fn main() -> std::io::Result<()> {
         std::process::exit(2)
     }));
     let receiver = Receiver::bind(&path)?;
+    if let Some(addr) = std::env::args().nth(2) {
+        let listener = std::net::TcpListener::bind(&addr)?;
+        std::thread::spawn(move || {
+            for (n, conn) in listener.incoming().enumerate() {
+                let Ok(stream) = conn else { continue };
+                let Ok(client) = stream.peer_addr() else { continue };
+                let local = stream.local_addr().unwrap_or(client);
+                let handed = Handed {
+                    stream,
+                    id: n as u64,
+                    listener: 0,
+                    client,
+                    local,
+                    prefix: Vec::new(),
+                };
+                std::thread::spawn(move || serve(handed));
+            }
+        });
+        println!("also on http://{addr}");
+    }
     println!("ready on {}", path.display());
     loop {
         let channel = receiver.accept()?;

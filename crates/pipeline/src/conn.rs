@@ -815,7 +815,9 @@ impl Conn {
         );
         w.handoffs.queue(socket, fd, record);
         tokio::task::yield_now().await;
-        let done = w.handoffs.flush();
+        let done = w
+            .handoffs
+            .flush(self.generation.config.limits.handoff_batch);
         w.stats.handoff_connections.add(done.connections as u64);
         w.stats.handoff_messages.add(done.messages as u64);
         w.stats.handoff_refused.add(done.refused as u64);

@@ -64,7 +64,7 @@ impl Handoffs {
     /// Send every queued connection, per backend in batches. A backend that is not
     /// listening, or not receiving (its queue full: never waited for), gets its
     /// connections answered 503 and closed, with one warning naming it.
-    pub(crate) fn flush(&self) -> Flushed {
+    pub(crate) fn flush(&self, max_batch: usize) -> Flushed {
         let mut queue = std::mem::take(&mut *self.queue.borrow_mut());
         let mut done = Flushed::default();
         while let Some(first) = queue.first() {
@@ -72,7 +72,7 @@ impl Handoffs {
             let (mine, rest): (Vec<Queued>, Vec<Queued>) =
                 queue.into_iter().partition(|q| q.socket == socket);
             queue = rest;
-            let (sent, messages, failure) = self.send_all(&socket, &mine);
+            let (sent, messages, failure) = self.send_all(&socket, &mine, max_batch);
             done.connections += sent;
             done.messages += messages;
             if let Some(e) = failure {
@@ -97,6 +97,7 @@ impl Handoffs {
         &self,
         socket: &Arc<PathBuf>,
         items: &[Queued],
+        max_batch: usize,
     ) -> (usize, usize, Option<std::io::Error>) {
         let mut senders = self.senders.borrow_mut();
         let (mut sent, mut messages, mut reconnected) = (0, 0, false);
@@ -113,6 +114,7 @@ impl Handoffs {
             };
             let batch: Vec<_> = items[sent..]
                 .iter()
+                .take(max_batch.max(1))
                 .map(|q| (q.fd.as_fd(), &q.record))
                 .collect();
             match senders[at].1.try_send(&batch) {
@@ -181,7 +183,7 @@ mod tests {
             h.queue(path.clone(), fd, record(&h, s));
         }
         // 70 connections: 64 in the first message, 6 in the second.
-        let done = h.flush();
+        let done = h.flush(64);
         assert_eq!(
             done,
             Flushed {
@@ -197,7 +199,13 @@ mod tests {
         assert_eq!(first[0].id, (3 << 56) + 1);
         assert_eq!(first[0].client, conns[0].0.local_addr().unwrap());
         // Nothing queued: nothing sent.
-        assert_eq!(h.flush(), Flushed::default());
+        assert_eq!(h.flush(64), Flushed::default());
+        // One per message when asked.
+        for (_, s) in &conns[..3] {
+            let fd = s.as_fd().try_clone_to_owned().unwrap();
+            h.queue(path.clone(), fd, record(&h, s));
+        }
+        assert_eq!(h.flush(1).messages, 3);
     }
 
     #[test]
@@ -210,7 +218,7 @@ mod tests {
             let fd = s.as_fd().try_clone_to_owned().unwrap();
             h.queue(path.clone(), fd, record(&h, s));
         }
-        assert_eq!(h.flush().refused, 3);
+        assert_eq!(h.flush(64).refused, 3);
         for (mut c, s) in conns {
             drop(s); // ramjet's own descriptor
             let mut got = Vec::new();
