@@ -322,7 +322,9 @@ impl<'a> Resolver<'a> {
             max_connections: l.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
             send_buffer: l.send_buffer.map(|s| s.0 as usize),
             max_connections_per_client: l.max_connections_per_client,
-            handoff_batch: l.handoff_batch.map_or(ramjet_handoff::MAX_BATCH, |n| n as usize),
+            handoff_batch: l
+                .handoff_batch
+                .map_or(ramjet_handoff::MAX_BATCH, |n| n as usize),
         };
         if !(1..=ramjet_handoff::MAX_BATCH).contains(&limits.handoff_batch) {
             self.keep::<()>(Err(self.err(

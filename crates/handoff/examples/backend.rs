@@ -24,7 +24,9 @@ fn main() -> std::io::Result<()> {
         std::thread::spawn(move || {
             for (n, conn) in listener.incoming().enumerate() {
                 let Ok(stream) = conn else { continue };
-                let Ok(client) = stream.peer_addr() else { continue };
+                let Ok(client) = stream.peer_addr() else {
+                    continue;
+                };
                 let local = stream.local_addr().unwrap_or(client);
                 let handed = Handed {
                     stream,

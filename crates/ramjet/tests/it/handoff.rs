@@ -194,4 +194,21 @@ fn a_bad_handoff_setting_names_file_line_and_key() {
             && err.contains("not an absolute path"),
         "{err}"
     );
+    // A batch size outside what one message carries.
+    std::fs::write(
+        &cfg,
+        "[limits]\nhandoff_batch = 65\n[[location]]\nroot = \"root\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(crate::BIN)
+        .arg("check-config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("limits.handoff_batch") && err.contains("from 1 to 64"),
+        "{err}"
+    );
 }
