@@ -64,8 +64,9 @@ struct Answered {
     body: Result<Option<Finished>, ramjet_http1::ErrorKind>,
     /// The connection switched protocols (101): it is a tunnel from now on.
     tunnel: Option<Box<dyn Tunnel>>,
-    /// The connection goes to the backend at this socket, this request included.
-    handoff: Option<std::sync::Arc<std::path::PathBuf>>,
+    /// The connection goes to the backend at this socket, this request included; the
+    /// request's access-log record, logged once the hand-off's outcome is known.
+    handoff: Option<(std::sync::Arc<std::path::PathBuf>, Box<Pending>)>,
 }
 
 enum ReadOutcome {
@@ -280,13 +281,16 @@ impl Conn {
                             response.extras.as_mut().and_then(|e| e.handoff.take())
                         {
                             // Nothing is queued for it: the backend answers this request.
+                            let unix_secs = w.date.borrow_mut().now().1;
+                            let mut logged = self.pending_of(&head, 0, started, unix_secs);
+                            logged.slot = location.map_or(0, |l| l.metrics);
                             break 'answer Answered {
                                 head_len: head.head_len(),
                                 expect_continue: false,
                                 keep: false,
                                 body: Ok(None),
                                 tunnel: None,
-                                handoff: Some(socket),
+                                handoff: Some((socket, Box::new(logged))),
                             };
                         }
                         let keep =
@@ -329,8 +333,8 @@ impl Conn {
                     }
                 }
             };
-            if let Some(socket) = answered.handoff {
-                return Box::pin(self.hand_off(w, socket)).await;
+            if let Some((socket, logged)) = answered.handoff {
+                return Box::pin(self.hand_off(w, socket, logged)).await;
             }
             self.start += answered.head_len;
             let Answered {
@@ -780,11 +784,14 @@ impl Conn {
     /// address. After one yield, so that the other connections of this event-loop turn
     /// queue theirs, the queue is sent in batches (whichever task gets there first sends
     /// them all). The connection is the backend's from then on; a backend that cannot take
-    /// it answers the client 503 (`handoff::Handoffs::flush`).
+    /// it answers the client 503 (`handoff::Handoffs::flush`). The access log records the
+    /// request with 200 when it went (0 bytes: the backend's answer is in its own log) or
+    /// 503, and `handoff:SOCKET` as its upstream.
     async fn hand_off<C: Content>(
         &mut self,
         w: &HttpWorker<C>,
         socket: std::sync::Arc<std::path::PathBuf>,
+        mut logged: Box<Pending>,
     ) {
         if !self.flush(w).await {
             return;
@@ -813,7 +820,8 @@ impl Conn {
             record.id,
             socket.display()
         );
-        w.handoffs.queue(socket, fd, record);
+        let queued_at = Instant::now();
+        let went = w.handoffs.queue(socket.clone(), fd, record);
         tokio::task::yield_now().await;
         let done = w
             .handoffs
@@ -828,6 +836,16 @@ impl Conn {
                 done.messages
             );
         }
+        logged.status = if went.get() { 200 } else { 503 };
+        logged.upstream = Some(Box::new(ramjet_observe::UpstreamLog {
+            addr: format!("handoff:{}", socket.display()),
+            status: 0,
+            micros: queued_at.elapsed().as_micros() as u64,
+        }));
+        // No response of this connection is in the outbox: no body bytes to pair with.
+        self.out.body_written.clear();
+        self.pending.push(*logged);
+        self.log(w);
     }
 
     /// Close: send FIN, and when unread input may follow an error, drain it for a while so

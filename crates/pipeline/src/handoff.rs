@@ -7,6 +7,7 @@ use std::cell::{Cell, RefCell};
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use ramjet_handoff::{Record, Sender};
@@ -28,6 +29,8 @@ struct Queued {
     /// task ends.
     fd: OwnedFd,
     record: Record,
+    /// Set when the backend took it.
+    went: Rc<Cell<bool>>,
 }
 
 /// What one [`Handoffs::flush`] did.
@@ -56,9 +59,22 @@ impl Handoffs {
         id
     }
 
-    /// Queue a connection for the backend at `socket`; [`Handoffs::flush`] sends it.
-    pub(crate) fn queue(&self, socket: Arc<PathBuf>, fd: OwnedFd, record: Record) {
-        self.queue.borrow_mut().push(Queued { socket, fd, record });
+    /// Queue a connection for the backend at `socket`; [`Handoffs::flush`] sends it and
+    /// then sets the returned cell when the backend took it.
+    pub(crate) fn queue(
+        &self,
+        socket: Arc<PathBuf>,
+        fd: OwnedFd,
+        record: Record,
+    ) -> Rc<Cell<bool>> {
+        let went = Rc::new(Cell::new(false));
+        self.queue.borrow_mut().push(Queued {
+            socket,
+            fd,
+            record,
+            went: went.clone(),
+        });
+        went
     }
 
     /// Send every queued connection, per backend in batches. A backend that is not
@@ -73,6 +89,9 @@ impl Handoffs {
                 queue.into_iter().partition(|q| q.socket == socket);
             queue = rest;
             let (sent, messages, failure) = self.send_all(&socket, &mine, max_batch);
+            for q in &mine[..sent] {
+                q.went.set(true);
+            }
             done.connections += sent;
             done.messages += messages;
             if let Some(e) = failure {
@@ -178,12 +197,16 @@ mod tests {
         let receiver = ramjet_handoff::Receiver::bind(&path).unwrap();
         let h = Handoffs::new(3);
         let conns = pairs(70);
-        for (_, s) in &conns {
-            let fd = s.as_fd().try_clone_to_owned().unwrap();
-            h.queue(path.clone(), fd, record(&h, s));
-        }
+        let went: Vec<_> = conns
+            .iter()
+            .map(|(_, s)| {
+                let fd = s.as_fd().try_clone_to_owned().unwrap();
+                h.queue(path.clone(), fd, record(&h, s))
+            })
+            .collect();
         // 70 connections: 64 in the first message, 6 in the second.
         let done = h.flush(64);
+        assert!(went.iter().all(|w| w.get()));
         assert_eq!(
             done,
             Flushed {
@@ -214,11 +237,15 @@ mod tests {
         let path = Arc::new(dir.path().join("absent.sock"));
         let h = Handoffs::new(0);
         let conns = pairs(3);
-        for (_, s) in &conns {
-            let fd = s.as_fd().try_clone_to_owned().unwrap();
-            h.queue(path.clone(), fd, record(&h, s));
-        }
+        let went: Vec<_> = conns
+            .iter()
+            .map(|(_, s)| {
+                let fd = s.as_fd().try_clone_to_owned().unwrap();
+                h.queue(path.clone(), fd, record(&h, s))
+            })
+            .collect();
         assert_eq!(h.flush(64).refused, 3);
+        assert!(went.iter().all(|w| !w.get()));
         for (mut c, s) in conns {
             drop(s); // ramjet's own descriptor
             let mut got = Vec::new();

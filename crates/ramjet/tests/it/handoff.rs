@@ -73,6 +73,16 @@ fn serve(h: ramjet_handoff::Handed) {
     }
 }
 
+/// The access-log record (JSON) of the request with this request line, once written.
+fn logged(s: &Server, request: &str) -> serde_json::Value {
+    crate::poll_until(|| {
+        let text = std::fs::read_to_string(s.path("access.log")).ok()?;
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["request"] == request)
+    })
+}
+
 /// The value of an unlabelled metric in a /metrics scrape.
 fn metric(s: &Server, name: &str) -> u64 {
     let (ok, text) = crate::curl(&[&s.url("/metrics")]);
@@ -92,7 +102,7 @@ fn server(socket: &Path) -> Server {
         crate::BIN,
         dir,
         &format!(
-            "[[location]]\nroot = \"root\"\n[[location]]\npath = \"/app/\"\nhandoff = \"{}\"\n[[location]]\npath = \"/metrics\"\nhandlers = [\"metrics\"]\n",
+            "[log]\naccess = \"{{dir}}/access.log\"\nformat = \"json\"\n[[location]]\nroot = \"root\"\n[[location]]\npath = \"/app/\"\nhandoff = \"{}\"\n[[location]]\npath = \"/metrics\"\nhandlers = [\"metrics\"]\n",
             socket.display()
         ),
     )
@@ -149,6 +159,20 @@ fn a_handed_off_connection_is_answered_by_the_backend_with_the_real_client_addre
     // (Counted by the worker just after the send, which may be after the backend's
     // answer: polled.)
     crate::poll_until(|| (metric(&s, "ramjet_handoff_connections_total") == 3).then_some(()));
+    // The access log has each handed request: 200, no bytes of ramjet's, the socket as
+    // its upstream; the static one before it is logged as usual.
+    let v = logged(&s, "GET /app/two HTTP/1.1");
+    assert_eq!(
+        (v["status"].as_u64(), v["bytes"].as_u64()),
+        (Some(200), Some(0)),
+        "{v}"
+    );
+    assert_eq!(
+        v["upstream_addr"],
+        format!("handoff:{}", socket.display()),
+        "{v}"
+    );
+    assert_eq!(logged(&s, "GET /static.txt HTTP/1.1")["bytes"], 11);
     let messages = metric(&s, "ramjet_handoff_messages_total");
     assert!((1..=3).contains(&messages), "{messages}");
     assert_eq!(metric(&s, "ramjet_handoff_refused_total"), 0);
@@ -167,6 +191,7 @@ fn a_backend_that_is_not_there_gets_the_client_a_503() {
     // Then the connection is closed.
     assert!(c.closed());
     crate::poll_until(|| (metric(&s, "ramjet_handoff_refused_total") == 1).then_some(()));
+    assert_eq!(logged(&s, "GET /app/x HTTP/1.1")["status"], 503);
     assert_eq!(metric(&s, "ramjet_handoff_connections_total"), 0);
     assert!(s.wait_for_log("hand-off to", Duration::from_secs(10)));
     s.assert_clean_log(&["hand-off to", "503"]);
