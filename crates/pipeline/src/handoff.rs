@@ -190,6 +190,21 @@ mod tests {
         }
     }
 
+    /// Queue every pair's server end for `path`; each one's "went" cell.
+    fn queue_all(
+        h: &Handoffs,
+        path: &Arc<PathBuf>,
+        conns: &[(TcpStream, TcpStream)],
+    ) -> Vec<Rc<Cell<bool>>> {
+        conns
+            .iter()
+            .map(|(_, s)| {
+                let fd = s.as_fd().try_clone_to_owned().unwrap();
+                h.queue(path.clone(), fd, record(h, s))
+            })
+            .collect()
+    }
+
     #[test]
     fn one_turns_connections_go_in_one_message() {
         let dir = tempfile::tempdir().unwrap();
@@ -197,13 +212,7 @@ mod tests {
         let receiver = ramjet_handoff::Receiver::bind(&path).unwrap();
         let h = Handoffs::new(3);
         let conns = pairs(70);
-        let went: Vec<_> = conns
-            .iter()
-            .map(|(_, s)| {
-                let fd = s.as_fd().try_clone_to_owned().unwrap();
-                h.queue(path.clone(), fd, record(&h, s))
-            })
-            .collect();
+        let went = queue_all(&h, &path, &conns);
         // 70 connections: 64 in the first message, 6 in the second.
         let done = h.flush(64);
         assert!(went.iter().all(|w| w.get()));
@@ -224,10 +233,7 @@ mod tests {
         // Nothing queued: nothing sent.
         assert_eq!(h.flush(64), Flushed::default());
         // One per message when asked.
-        for (_, s) in &conns[..3] {
-            let fd = s.as_fd().try_clone_to_owned().unwrap();
-            h.queue(path.clone(), fd, record(&h, s));
-        }
+        queue_all(&h, &path, &conns[..3]);
         assert_eq!(h.flush(1).messages, 3);
     }
 
@@ -237,13 +243,7 @@ mod tests {
         let path = Arc::new(dir.path().join("absent.sock"));
         let h = Handoffs::new(0);
         let conns = pairs(3);
-        let went: Vec<_> = conns
-            .iter()
-            .map(|(_, s)| {
-                let fd = s.as_fd().try_clone_to_owned().unwrap();
-                h.queue(path.clone(), fd, record(&h, s))
-            })
-            .collect();
+        let went = queue_all(&h, &path, &conns);
         assert_eq!(h.flush(64).refused, 3);
         assert!(went.iter().all(|w| !w.get()));
         for (mut c, s) in conns {

@@ -197,22 +197,25 @@ fn a_backend_that_is_not_there_gets_the_client_a_503() {
     s.assert_clean_log(&["hand-off to", "503"]);
 }
 
-#[test]
-fn a_bad_handoff_setting_names_file_line_and_key() {
+/// `ramjet check-config` of `text` written to `bad.toml`: it must refuse it; its stderr.
+fn refused(text: &str) -> String {
     let dir = Server::dir();
     let cfg = dir.path().join("bad.toml");
-    std::fs::write(
-        &cfg,
-        "[[location]]\nroot = \"root\"\n[[location]]\npath = \"/app/\"\nhandoff = \"relative.sock\"\n",
-    )
-    .unwrap();
+    std::fs::write(&cfg, text).unwrap();
     let out = std::process::Command::new(crate::BIN)
         .arg("check-config")
         .arg(&cfg)
         .output()
         .unwrap();
     assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_bad_handoff_setting_names_file_line_and_key() {
+    let err = refused(
+        "[[location]]\nroot = \"root\"\n[[location]]\npath = \"/app/\"\nhandoff = \"relative.sock\"\n",
+    );
     assert!(
         err.contains("bad.toml:5")
             && err.contains("handoff")
@@ -220,18 +223,7 @@ fn a_bad_handoff_setting_names_file_line_and_key() {
         "{err}"
     );
     // A batch size outside what one message carries.
-    std::fs::write(
-        &cfg,
-        "[limits]\nhandoff_batch = 65\n[[location]]\nroot = \"root\"\n",
-    )
-    .unwrap();
-    let out = std::process::Command::new(crate::BIN)
-        .arg("check-config")
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused("[limits]\nhandoff_batch = 65\n[[location]]\nroot = \"root\"\n");
     assert!(
         err.contains("limits.handoff_batch") && err.contains("from 1 to 64"),
         "{err}"
