@@ -107,6 +107,10 @@ impl Receiver {
     pub fn accept(&self) -> io::Result<Channel> {
         Ok(Channel {
             sock: accept_with(&self.sock, SocketFlags::CLOEXEC)?,
+            buffers: std::cell::RefCell::new((
+                vec![0u8; MAX_MESSAGE],
+                vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_BATCH))],
+            )),
         })
     }
 }
@@ -121,6 +125,9 @@ impl Drop for Receiver {
 #[derive(Debug)]
 pub struct Channel {
     sock: OwnedFd,
+    /// The message and control buffers, kept from one `recv` to the next (a 128 KiB
+    /// allocation per message would be an mmap and a munmap each).
+    buffers: std::cell::RefCell<(Vec<u8>, Vec<MaybeUninit<u8>>)>,
 }
 
 /// A connection handed over: serve `stream` as if `prefix` had just been read from it.
@@ -142,12 +149,12 @@ impl Channel {
     /// descriptors are not stream sockets is an `InvalidData` error, and every descriptor
     /// that came with it is closed.
     pub fn recv(&self) -> io::Result<Option<Vec<Handed>>> {
-        let mut buf = vec![0u8; MAX_MESSAGE];
-        let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_BATCH))];
-        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let mut buffers = self.buffers.borrow_mut();
+        let (buf, space) = &mut *buffers;
+        let mut control = RecvAncillaryBuffer::new(space);
         let msg = recvmsg(
             &self.sock,
-            &mut [IoSliceMut::new(&mut buf)],
+            &mut [IoSliceMut::new(buf)],
             &mut control,
             RecvFlags::CMSG_CLOEXEC,
         )?;

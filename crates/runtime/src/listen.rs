@@ -100,7 +100,8 @@ pub fn adopt(
     })
 }
 
-/// What [`open`] sets on its sockets, for a socket made elsewhere.
+/// The options of every listener, ours ([`open`]) or passed ([`adopt`]); accepted sockets
+/// inherit `TCP_NODELAY` and the send buffer.
 fn configure(listener: &TcpListener, send_buffer: Option<usize>) -> io::Result<()> {
     let socket = socket2::SockRef::from(listener);
     socket.set_tcp_nodelay(true)?;
@@ -108,9 +109,11 @@ fn configure(listener: &TcpListener, send_buffer: Option<usize>) -> io::Result<(
         socket.set_send_buffer_size(size)?;
     }
     socket.set_nonblocking(true)?;
+    // One wake-up per new connection instead of two (accept, then its request). Not
+    // essential: a kernel without it still serves.
     use std::os::fd::AsFd;
     if let Err(e) = crate::sys::defer_accept(listener.as_fd(), DEFER_ACCEPT_SECS) {
-        tracing::debug!("TCP_DEFER_ACCEPT on a passed socket: {e}");
+        tracing::debug!("TCP_DEFER_ACCEPT: {e}");
     }
     Ok(())
 }
@@ -158,22 +161,11 @@ fn open(addr: SocketAddr, send_buffer: Option<usize>) -> io::Result<TcpListener>
     }
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
-    socket.set_tcp_nodelay(true)?;
-    if let Some(size) = send_buffer {
-        socket.set_send_buffer_size(size)?;
-    }
-    socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     socket.listen(BACKLOG)?;
-    // One wake-up per new connection instead of two (accept, then its request). Not
-    // essential: a kernel without it still serves.
-    {
-        use std::os::fd::AsFd;
-        if let Err(e) = crate::sys::defer_accept(socket.as_fd(), DEFER_ACCEPT_SECS) {
-            tracing::debug!("{addr}: TCP_DEFER_ACCEPT: {e}");
-        }
-    }
-    Ok(socket.into())
+    let listener: TcpListener = socket.into();
+    configure(&listener, send_buffer)?;
+    Ok(listener)
 }
 
 fn is_no_ipv6(e: &io::Error) -> bool {
