@@ -110,6 +110,7 @@ impl Resolved {
             ("keepalive", t.keepalive),
             ("send", t.send),
             ("shutdown", t.shutdown),
+            ("handoff", t.handoff),
         ] {
             let _ = writeln!(o, "{name} = {}", duration(d));
         }

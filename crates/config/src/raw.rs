@@ -104,6 +104,8 @@ pub struct RawTimeouts {
     pub send: Option<Seconds>,
     /// On TERM/INT, in-flight responses get this long to finish.
     pub shutdown: Option<Seconds>,
+    /// A connection waits this long for a hand-off backend whose queue is full.
+    pub handoff: Option<Seconds>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -31,6 +31,7 @@ const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
 /// nginx send_timeout.
 const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(60);
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+const DEFAULT_HANDOFF_TIMEOUT: Duration = Duration::from_secs(1);
 /// A GET body is read and dropped up to this (nginx client_max_body_size is 1 MiB).
 const DEFAULT_MAX_BODY: u64 = 1 << 20;
 /// Leaves room under the 20,000-fd hard limit of this machine for cache fds and logs.
@@ -374,6 +375,7 @@ impl<'a> Resolver<'a> {
             keepalive: t.keepalive.map_or(DEFAULT_KEEPALIVE_TIMEOUT, |s| s.0),
             send: t.send.map_or(DEFAULT_SEND_TIMEOUT, |s| s.0),
             shutdown: t.shutdown.map_or(DEFAULT_SHUTDOWN_TIMEOUT, |s| s.0),
+            handoff: t.handoff.map_or(DEFAULT_HANDOFF_TIMEOUT, |s| s.0),
         };
         let log = raw.log.unwrap_or_default();
         let access_log = AccessLogOptions {

@@ -64,6 +64,8 @@ pub struct Timeouts {
     pub keepalive: Duration,
     pub send: Duration,
     pub shutdown: Duration,
+    /// How long a handed-off connection waits for a backend whose queue is full.
+    pub handoff: Duration,
 }
 
 /// Per-worker open-file cache sizing.

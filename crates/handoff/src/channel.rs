@@ -7,9 +7,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use rustix::net::{
-    accept_with, bind, connect, listen, recvmsg, sendmsg, socket_with, sockopt, AddressFamily,
-    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer,
-    SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
+    accept_with, bind, connect, listen, recvmsg, sendmsg, sendmsg_addr, socket_with, sockopt,
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags,
+    SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketAddrUnix, SocketFlags, SocketType,
 };
 
 use crate::wire::{self, Record, MAX_BATCH, MAX_MESSAGE};
@@ -29,15 +29,38 @@ fn seqpacket() -> io::Result<OwnedFd> {
 #[derive(Debug)]
 pub struct Sender {
     sock: OwnedFd,
+    /// For a datagram backend: where each message goes (`None`: a connected channel).
+    to: Option<SocketAddrUnix>,
 }
 
 impl Sender {
-    /// Connect to the backend listening at `path`.
+    /// Connect to the backend at `path`. A backend of one process listens with a
+    /// `SOCK_SEQPACKET` socket and gets a channel per sender. A backend of several
+    /// processes (Apache's module) binds a `SOCK_DGRAM` socket that they all read, so
+    /// whichever process has room takes the next message: then every message is sent to
+    /// the path, and after the backend restarts the next one reaches the new socket.
     pub fn connect(path: &Path) -> io::Result<Sender> {
+        let addr = SocketAddrUnix::new(path)?;
         let sock = seqpacket()?;
-        connect(&sock, &SocketAddrUnix::new(path)?)?;
-        rustix::io::ioctl_fionbio(&sock, true)?;
-        Ok(Sender { sock })
+        match connect(&sock, &addr) {
+            Ok(()) => {
+                rustix::io::ioctl_fionbio(&sock, true)?;
+                Ok(Sender { sock, to: None })
+            }
+            Err(rustix::io::Errno::PROTOTYPE) => {
+                let sock = socket_with(
+                    AddressFamily::UNIX,
+                    SocketType::DGRAM,
+                    SocketFlags::CLOEXEC | SocketFlags::NONBLOCK,
+                    None,
+                )?;
+                Ok(Sender {
+                    sock,
+                    to: Some(addr),
+                })
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Hand over as many of `batch` (each connection's descriptor with its record) as fit
@@ -67,12 +90,12 @@ impl Sender {
                 "descriptors do not fit the control buffer",
             ));
         }
-        sendmsg(
-            &self.sock,
-            &[IoSlice::new(&bytes)],
-            &mut control,
-            SendFlags::DONTWAIT | SendFlags::NOSIGNAL,
-        )?;
+        let flags = SendFlags::DONTWAIT | SendFlags::NOSIGNAL;
+        let slices = [IoSlice::new(&bytes)];
+        match &self.to {
+            None => sendmsg(&self.sock, &slices, &mut control, flags)?,
+            Some(to) => sendmsg_addr(&self.sock, to, &slices, &mut control, flags)?,
+        };
         Ok(n)
     }
 }

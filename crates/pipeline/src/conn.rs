@@ -821,22 +821,40 @@ impl Conn {
             socket.display()
         );
         let queued_at = Instant::now();
-        let went = w.handoffs.queue(socket.clone(), fd, record);
+        let fate = w.handoffs.queue(
+            socket.clone(),
+            fd,
+            record,
+            (queued_at + self.generation.config.timeouts.handoff).into_std(),
+        );
         tokio::task::yield_now().await;
-        let done = w
-            .handoffs
-            .flush(self.generation.config.limits.handoff_batch);
-        w.stats.handoff_connections.add(done.connections as u64);
-        w.stats.handoff_messages.add(done.messages as u64);
-        w.stats.handoff_refused.add(done.refused as u64);
-        if done.messages > 0 {
-            tracing::debug!(
-                "handed {} connection(s) in {} message(s)",
-                done.connections,
-                done.messages
+        loop {
+            let done = w.handoffs.flush(
+                self.generation.config.limits.handoff_batch,
+                std::time::Instant::now(),
             );
+            w.stats.handoff_connections.add(done.connections as u64);
+            w.stats.handoff_messages.add(done.messages as u64);
+            w.stats.handoff_refused.add(done.refused as u64);
+            if done.messages > 0 {
+                tracing::debug!(
+                    "handed {} connection(s) in {} message(s)",
+                    done.connections,
+                    done.messages
+                );
+            }
+            if fate.get() != crate::handoff::Fate::Queued {
+                break;
+            }
+            // The backend's queue was full: try again shortly (another waiting task may
+            // send this one first), until the deadline answers it 503.
+            tokio::time::sleep(crate::handoff::RETRY).await;
         }
-        logged.status = if went.get() { 200 } else { 503 };
+        logged.status = if fate.get() == crate::handoff::Fate::Went {
+            200
+        } else {
+            503
+        };
         logged.upstream = Some(Box::new(ramjet_observe::UpstreamLog {
             addr: format!("handoff:{}", socket.display()),
             status: 0,

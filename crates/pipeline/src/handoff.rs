@@ -1,7 +1,9 @@
 //! Handing client connections to backend processes (the `handoff` handler,
 //! `docs/HANDOFF.md`). A worker queues the connections whose heads asked for it during one
 //! turn of its event loop, then sends them per backend in as few messages as the format
-//! allows: one `sendmsg` for up to 64 connections, not one per connection.
+//! allows: one `sendmsg` for up to 64 connections, not one per connection. A backend
+//! whose queue is full is waited for, up to `[timeouts] handoff` per connection, before
+//! its client is answered 503.
 
 use std::cell::{Cell, RefCell};
 use std::io::Write;
@@ -9,11 +11,27 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ramjet_handoff::{Record, Sender};
 
 /// What a client gets when its backend cannot take the connection.
 const UNAVAILABLE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 33\r\nRetry-After: 1\r\nConnection: close\r\n\r\nThe backend is not available now.";
+
+/// How often a connection waiting for a backend whose queue is full tries again (the
+/// waiting costs the worker nothing: it is a timer in the connection's task).
+pub(crate) const RETRY: Duration = Duration::from_millis(2);
+
+/// What became of a queued connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// Still in the queue (its backend was full: waiting).
+    Queued,
+    /// The backend took it.
+    Went,
+    /// Answered 503 and closed.
+    Refused,
+}
 
 /// A worker's hand-off state: connections to backends, and the connections waiting to be
 /// sent at the end of this turn.
@@ -29,8 +47,9 @@ struct Queued {
     /// task ends.
     fd: OwnedFd,
     record: Record,
-    /// Set when the backend took it.
-    went: Rc<Cell<bool>>,
+    /// Answered 503 if still here then.
+    deadline: Instant,
+    fate: Rc<Cell<Fate>>,
 }
 
 /// What one [`Handoffs::flush`] did.
@@ -40,6 +59,8 @@ pub(crate) struct Flushed {
     pub messages: usize,
     /// Answered 503 and closed instead.
     pub refused: usize,
+    /// Left in the queue: their backend's queue was full.
+    pub waiting: usize,
 }
 
 impl Handoffs {
@@ -59,28 +80,32 @@ impl Handoffs {
         id
     }
 
-    /// Queue a connection for the backend at `socket`; [`Handoffs::flush`] sends it and
-    /// then sets the returned cell when the backend took it.
+    /// Queue a connection for the backend at `socket`, to be sent by
+    /// [`Handoffs::flush`]; the returned cell tells what became of it.
     pub(crate) fn queue(
         &self,
         socket: Arc<PathBuf>,
         fd: OwnedFd,
         record: Record,
-    ) -> Rc<Cell<bool>> {
-        let went = Rc::new(Cell::new(false));
+        deadline: Instant,
+    ) -> Rc<Cell<Fate>> {
+        let fate = Rc::new(Cell::new(Fate::Queued));
         self.queue.borrow_mut().push(Queued {
             socket,
             fd,
             record,
-            went: went.clone(),
+            deadline,
+            fate: fate.clone(),
         });
-        went
+        fate
     }
 
-    /// Send every queued connection, per backend in batches. A backend that is not
-    /// listening, or not receiving (its queue full: never waited for), gets its
-    /// connections answered 503 and closed, with one warning naming it.
-    pub(crate) fn flush(&self, max_batch: usize) -> Flushed {
+    /// Send every queued connection, per backend in batches. When a backend's queue is
+    /// full, its connections stay queued until their deadline (a later flush tries
+    /// again), then are answered 503 and closed. A backend that is not listening gets
+    /// its connections answered 503 and closed at once. Each failure is one warning
+    /// naming the backend.
+    pub(crate) fn flush(&self, max_batch: usize, now: Instant) -> Flushed {
         let mut queue = std::mem::take(&mut *self.queue.borrow_mut());
         let mut done = Flushed::default();
         while let Some(first) = queue.first() {
@@ -90,23 +115,33 @@ impl Handoffs {
             queue = rest;
             let (sent, messages, failure) = self.send_all(&socket, &mine, max_batch);
             for q in &mine[..sent] {
-                q.went.set(true);
+                q.fate.set(Fate::Went);
             }
             done.connections += sent;
             done.messages += messages;
-            if let Some(e) = failure {
-                let refused = mine.len() - sent;
+            let Some(e) = failure else { continue };
+            let full = e.kind() == std::io::ErrorKind::WouldBlock;
+            let mut refused = 0;
+            for q in mine.into_iter().skip(sent) {
+                if full && q.deadline > now {
+                    done.waiting += 1;
+                    self.queue.borrow_mut().push(q);
+                    continue;
+                }
+                q.fate.set(Fate::Refused);
+                let mut stream = std::net::TcpStream::from(q.fd);
+                // Best effort: the socket is non-blocking and the answer small.
+                let _ = stream.write(UNAVAILABLE);
+                refused += 1;
+            }
+            if refused > 0 {
+                let wait = if full { " after waiting" } else { "" };
                 tracing::warn!(
-                    "hand-off to {}: {e}; {refused} connection(s) answered 503",
+                    "hand-off to {}: {e}; {refused} connection(s) answered 503{wait}",
                     socket.display()
                 );
-                for q in mine.into_iter().skip(sent) {
-                    let mut stream = std::net::TcpStream::from(q.fd);
-                    // Best effort: the socket is non-blocking and the answer small.
-                    let _ = stream.write(UNAVAILABLE);
-                }
-                done.refused += refused;
             }
+            done.refused += refused;
         }
         done
     }
@@ -141,7 +176,8 @@ impl Handoffs {
                     sent += n;
                     messages += 1;
                 }
-                // The backend closed this channel (a restart): connect again, once.
+                // The backend closed this channel, or its datagram socket went (a
+                // restart): connect again, once.
                 Err(e)
                     if !reconnected
                         && matches!(
@@ -149,6 +185,8 @@ impl Handoffs {
                             std::io::ErrorKind::BrokenPipe
                                 | std::io::ErrorKind::ConnectionReset
                                 | std::io::ErrorKind::NotConnected
+                                | std::io::ErrorKind::ConnectionRefused
+                                | std::io::ErrorKind::NotFound
                         ) =>
                 {
                     senders.swap_remove(at);
@@ -166,6 +204,8 @@ mod tests {
     use super::*;
     use std::io::Read;
     use std::net::{TcpListener, TcpStream};
+
+    const WAIT: Duration = Duration::from_secs(1);
 
     /// `n` connected pairs: (the client's end, the server's end as ramjet holds it).
     fn pairs(n: usize) -> Vec<(TcpStream, TcpStream)> {
@@ -190,19 +230,28 @@ mod tests {
         }
     }
 
-    /// Queue every pair's server end for `path`; each one's "went" cell.
-    fn queue_all(
+    /// Queue every pair's server end for `path` at `now`; each one's fate.
+    fn queue_at(
         h: &Handoffs,
         path: &Arc<PathBuf>,
         conns: &[(TcpStream, TcpStream)],
-    ) -> Vec<Rc<Cell<bool>>> {
+        now: Instant,
+    ) -> Vec<Rc<Cell<Fate>>> {
         conns
             .iter()
             .map(|(_, s)| {
                 let fd = s.as_fd().try_clone_to_owned().unwrap();
-                h.queue(path.clone(), fd, record(h, s))
+                h.queue(path.clone(), fd, record(h, s), now + WAIT)
             })
             .collect()
+    }
+
+    fn queue_all(
+        h: &Handoffs,
+        path: &Arc<PathBuf>,
+        conns: &[(TcpStream, TcpStream)],
+    ) -> Vec<Rc<Cell<Fate>>> {
+        queue_at(h, path, conns, Instant::now())
     }
 
     #[test]
@@ -214,14 +263,15 @@ mod tests {
         let conns = pairs(70);
         let went = queue_all(&h, &path, &conns);
         // 70 connections: 64 in the first message, 6 in the second.
-        let done = h.flush(64);
-        assert!(went.iter().all(|w| w.get()));
+        let done = h.flush(64, Instant::now());
+        assert!(went.iter().all(|w| w.get() == Fate::Went));
         assert_eq!(
             done,
             Flushed {
                 connections: 70,
                 messages: 2,
-                refused: 0
+                refused: 0,
+                waiting: 0,
             }
         );
         let channel = receiver.accept().unwrap();
@@ -231,10 +281,10 @@ mod tests {
         assert_eq!(first[0].id, (3 << 56) + 1);
         assert_eq!(first[0].client, conns[0].0.local_addr().unwrap());
         // Nothing queued: nothing sent.
-        assert_eq!(h.flush(64), Flushed::default());
+        assert_eq!(h.flush(64, Instant::now()), Flushed::default());
         // One per message when asked.
         queue_all(&h, &path, &conns[..3]);
-        assert_eq!(h.flush(1).messages, 3);
+        assert_eq!(h.flush(1, Instant::now()).messages, 3);
     }
 
     #[test]
@@ -244,13 +294,59 @@ mod tests {
         let h = Handoffs::new(0);
         let conns = pairs(3);
         let went = queue_all(&h, &path, &conns);
-        assert_eq!(h.flush(64).refused, 3);
-        assert!(went.iter().all(|w| !w.get()));
+        assert_eq!(h.flush(64, Instant::now()).refused, 3);
+        assert!(went.iter().all(|w| w.get() == Fate::Refused));
         for (mut c, s) in conns {
             drop(s); // ramjet's own descriptor
             let mut got = Vec::new();
             c.read_to_end(&mut got).unwrap();
             assert_eq!(got, UNAVAILABLE);
         }
+    }
+
+    /// A datagram backend (several processes reading one socket) whose queue is full:
+    /// the connections wait in ramjet's queue, go when the backend reads, and those still
+    /// waiting at their deadline get a 503.
+    #[test]
+    fn a_full_datagram_backend_is_waited_for_until_the_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = Arc::new(dir.path().join("dgram.sock"));
+        let backend = std::os::unix::net::UnixDatagram::bind(&*path).unwrap();
+        let h = Handoffs::new(0);
+        let t0 = Instant::now();
+        // One connection per message until the backend's queue refuses more
+        // (net.unix.max_dgram_qlen messages).
+        let qlen: usize = std::fs::read_to_string("/proc/sys/net/unix/max_dgram_qlen")
+            .map_or(10, |s| s.trim().parse().unwrap());
+        let n = qlen + 20;
+        let conns = pairs(n);
+        let fates = queue_at(&h, &path, &conns, t0);
+        let first = h.flush(1, t0);
+        assert!(first.connections > 0, "{first:?}");
+        assert_eq!(first.refused, 0);
+        assert_eq!(first.connections + first.waiting, n, "{first:?}");
+        assert!(first.waiting > 0, "the queue never filled: {first:?}");
+        let queued = |f: &[Rc<Cell<Fate>>]| f.iter().filter(|f| f.get() == Fate::Queued).count();
+        assert_eq!(queued(&fates), first.waiting);
+        // The backend reads one message: the next flush sends more, and keeps the rest.
+        let mut buf = [0u8; 4096];
+        backend.recv(&mut buf).unwrap();
+        let second = h.flush(1, t0 + WAIT / 2);
+        assert!(second.connections >= 1, "{second:?}");
+        assert_eq!(second.refused, 0);
+        // Past the deadline the rest are answered 503.
+        let last = h.flush(1, t0 + WAIT + Duration::from_millis(1));
+        assert_eq!(queued(&fates), 0);
+        assert_eq!(
+            last.refused,
+            fates.iter().filter(|f| f.get() == Fate::Refused).count()
+        );
+        assert!(last.refused > 0);
+        let refused_at = fates.iter().position(|f| f.get() == Fate::Refused).unwrap();
+        let (mut c, s) = conns.into_iter().nth(refused_at).unwrap();
+        drop(s);
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).unwrap();
+        assert_eq!(got, UNAVAILABLE);
     }
 }

@@ -229,3 +229,102 @@ fn a_bad_handoff_setting_names_file_line_and_key() {
         "{err}"
     );
 }
+
+/// ramjet with one worker sending each connection alone, waiting `wait` for a full
+/// backend.
+fn stalled_server(socket: &Path, wait: &str) -> Server {
+    Server::start(
+        crate::BIN,
+        Server::dir(),
+        &format!(
+            "workers = 1\n[timeouts]\nhandoff = \"{wait}\"\n[limits]\nhandoff_batch = 1\n[log]\naccess = \"{{dir}}/access.log\"\nformat = \"json\"\n[[location]]\nroot = \"root\"\n[[location]]\npath = \"/app/\"\nhandoff = \"{}\"\n[[location]]\npath = \"/metrics\"\nhandlers = [\"metrics\"]\n",
+            socket.display()
+        ),
+    )
+}
+
+/// `n` connections, each with one request for a handed-off path.
+fn requests(s: &Server, n: usize) -> Vec<Client> {
+    (0..n)
+        .map(|i| {
+            let mut c = Client::connect(s.addr);
+            c.send(format!("GET /app/{i} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+            c
+        })
+        .collect()
+}
+
+/// A backend that stops reading fills its channel (the kernel's queue for it); the
+/// connections after that wait in ramjet, and go when the backend reads again.
+#[test]
+fn connections_wait_for_a_backend_whose_queue_is_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("slow.sock");
+    let receiver = Receiver::bind(&socket).unwrap();
+    let s = stalled_server(&socket, "60s");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(receiver.accept().unwrap()).unwrap());
+    let mut clients = requests(&s, 300);
+    // The backend reads nothing yet: the handed count stops short of 300.
+    let mut last = u64::MAX;
+    let went = crate::poll_until(|| {
+        let now = metric(&s, "ramjet_handoff_connections_total");
+        let stable = now == last && now > 0;
+        last = now;
+        if !stable {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        stable.then_some(now)
+    });
+    assert!(went < 300, "the backend's queue never filled: {went}");
+    assert_eq!(metric(&s, "ramjet_handoff_refused_total"), 0);
+    // Now the backend reads and answers: every connection, waiting ones included.
+    let channel = rx.recv().unwrap();
+    std::thread::spawn(move || {
+        while let Ok(Some(batch)) = channel.recv() {
+            for h in batch {
+                std::thread::spawn(move || serve(h));
+            }
+        }
+    });
+    for (i, c) in clients.iter_mut().enumerate() {
+        let r = c.response(false);
+        assert_eq!(r.status, 200, "connection {i}");
+        assert!(r.text().contains(&format!("GET /app/{i} HTTP/1.1")));
+    }
+    assert_eq!(metric(&s, "ramjet_handoff_refused_total"), 0);
+    assert_eq!(metric(&s, "ramjet_handoff_connections_total"), 300);
+}
+
+/// A backend that never reads: the connections it has no room for get a 503 once their
+/// `[timeouts] handoff` has passed, not before.
+#[test]
+fn a_backend_that_stays_full_gets_its_waiting_clients_a_503_after_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("stuck.sock");
+    let receiver = Receiver::bind(&socket).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(receiver.accept().unwrap()).unwrap());
+    let s = stalled_server(&socket, "500ms");
+    let sent = std::time::Instant::now();
+    let mut clients = requests(&s, 300);
+    // Some connection past the backend's queue is answered 503, and not before the
+    // timeout.
+    let refused = clients
+        .iter_mut()
+        .rev()
+        .take(50)
+        .find_map(|c| {
+            c.stream
+                .set_read_timeout(Some(Duration::from_secs(30)))
+                .unwrap();
+            let r = c.response(false);
+            (r.status == 503).then_some(r)
+        })
+        .expect("a 503");
+    assert!(sent.elapsed() >= Duration::from_millis(500));
+    assert_eq!(refused.header("Retry-After").as_deref(), Some("1"));
+    crate::poll_until(|| (metric(&s, "ramjet_handoff_refused_total") > 0).then_some(()));
+    assert!(s.wait_for_log("after waiting", Duration::from_secs(10)));
+    let _channel = rx.recv().unwrap(); // held open, never read
+}

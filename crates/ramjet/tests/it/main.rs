@@ -12,6 +12,7 @@ mod docs;
 mod edges;
 mod files;
 mod handoff;
+mod handoff_apache;
 mod lifecycle;
 mod observe;
 mod park;

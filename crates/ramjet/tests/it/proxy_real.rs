@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::proxy::proxy_to;
 use crate::{bytes, curl};
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -23,7 +23,7 @@ fn free_port() -> u16 {
 }
 
 /// Poll until something accepts on `port`.
-fn wait_listening(port: u16, child: &mut Child, log: &Path) {
+pub(crate) fn wait_listening(port: u16, child: &mut Child, log: &Path) {
     let end = Instant::now() + Duration::from_secs(30);
     while Instant::now() < end {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
@@ -128,7 +128,7 @@ ScriptAlias /cgi-bin/ \"{d}/cgi-bin/\"\nKeepAlive On\nKeepAliveTimeout {keepaliv
 }
 
 /// Whether the tests run as root (Apache then needs a `User` to switch to).
-fn running_as_root() -> bool {
+pub(crate) fn running_as_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -147,7 +147,7 @@ impl Drop for Apache {
 }
 
 /// TERM, wait up to 10 s, then KILL.
-fn terminate(child: &mut Child) {
+pub(crate) fn terminate(child: &mut Child) {
     let _ = Command::new("kill").arg(child.id().to_string()).status();
     let end = Instant::now() + Duration::from_secs(10);
     while Instant::now() < end {

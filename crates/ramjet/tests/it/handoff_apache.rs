@@ -1,0 +1,286 @@
+//! Connections handed to a stock Apache 2.4 (Debian's `apache2`, event MPM) through
+//! `integrations/apache/mod_ramjet_handoff.c`, which the test builds with `apxs`
+//! (`apache2-dev`; `.ci/run` installs both). Apache then serves them with its own modules:
+//! static files and a CGI script that reports what it was given.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use ramjet_testkit::{Client, Server};
+
+use crate::proxy_real::{free_port, running_as_root, terminate, wait_listening};
+
+/// The module, built once per test run from the source in the tree.
+fn module() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../integrations/apache/mod_ramjet_handoff.c");
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("apache-module");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::copy(&src, dir.join("mod_ramjet_handoff.c")).unwrap();
+        let out = Command::new("apxs")
+            .args(["-c", "-Wc,-Wall", "-Wc,-Werror", "mod_ramjet_handoff.c"])
+            .current_dir(&dir)
+            .output()
+            .expect("apxs (apt-get install apache2-dev; .ci/run does it)");
+        assert!(
+            out.status.success(),
+            "apxs failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir.join(".libs/mod_ramjet_handoff.so")
+    })
+}
+
+/// Apache with the module, receiving at `socket`, stopped on drop.
+struct Apache {
+    child: Option<Child>,
+    socket: PathBuf,
+    dir: tempfile::TempDir,
+}
+
+impl Apache {
+    /// Apache with this MPM ("event" or "prefork").
+    fn start(mpm: &str) -> Apache {
+        let module = module();
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for sub in ["htdocs", "cgi-bin"] {
+            std::fs::create_dir(d.join(sub)).unwrap();
+        }
+        std::fs::write(d.join("htdocs/page.html"), "<h1>apache page</h1>\n").unwrap();
+        let cgi = d.join("cgi-bin/env.sh");
+        std::fs::write(
+            &cgi,
+            "#!/bin/sh\nt=$(mktemp)\nhead -c \"${CONTENT_LENGTH:-0}\" > \"$t\"\nprintf 'Content-Type: text/plain\\r\\n\\r\\n'\necho \"addr=$REMOTE_ADDR port=$REMOTE_PORT method=$REQUEST_METHOD uri=$REQUEST_URI body=$(cat \"$t\")\"\nrm -f \"$t\"\n",
+        )
+        .unwrap();
+        for p in [d.to_path_buf(), d.join("htdocs"), d.join("cgi-bin"), cgi] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        std::fs::set_permissions(
+            d.join("htdocs/page.html"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        let port = free_port();
+        let socket = d.join("handoff.sock");
+        let m = "/usr/lib/apache2/modules";
+        let user = if running_as_root() {
+            "User www-data\nGroup www-data\n"
+        } else {
+            ""
+        };
+        let conf = d.join("httpd.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "ServerRoot \"{d}\"\nListen 127.0.0.1:{port}\nServerName localhost\n{user}PidFile {d}/httpd.pid\nErrorLog {d}/error.log\nLogLevel warn ramjet_handoff:info\n\
+LoadModule mpm_{mpm}_module {m}/mod_mpm_{mpm}.so\nLoadModule authz_core_module {m}/mod_authz_core.so\n\
+LoadModule mime_module {m}/mod_mime.so\nLoadModule alias_module {m}/mod_alias.so\nLoadModule cgid_module {m}/mod_cgid.so\n\
+LoadModule ramjet_handoff_module {module}\nRamjetHandoffSocket {socket}\nScriptSock {d}/cgid.sock\n\
+CustomLog {d}/access.log \"%a %r %>s\"\n\
+TypesConfig /etc/mime.types\nDocumentRoot \"{d}/htdocs\"\n<Directory \"{d}\">\n  Require all granted\n</Directory>\n\
+ScriptAlias /app/cgi-bin/ \"{d}/cgi-bin/\"\nAlias /app/ \"{d}/htdocs/\"\nKeepAlive On\n\
+{limits}",
+                d = d.display(),
+                module = module.display(),
+                socket = socket.display(),
+                limits = if mpm == "event" {
+                    "StartServers 2\nServerLimit 4\nThreadsPerChild 25\nMaxRequestWorkers 100\nMinSpareThreads 25\nMaxSpareThreads 100\n"
+                } else {
+                    "StartServers 4\nMinSpareServers 4\nMaxSpareServers 16\nMaxRequestWorkers 32\n"
+                },
+            ),
+        )
+        .unwrap();
+        let log = d.join("error.log");
+        let mut child = Command::new("/usr/sbin/apache2")
+            .args(["-f"])
+            .arg(&conf)
+            .arg("-DFOREGROUND")
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start apache");
+        wait_listening(port, &mut child, &log);
+        crate::poll_until(|| socket.exists().then_some(()));
+        Apache {
+            child: Some(child),
+            socket,
+            dir,
+        }
+    }
+
+    fn error_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            terminate(&mut child);
+        }
+    }
+}
+
+impl Drop for Apache {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// ramjet on 127.0.0.1 and ::1 (same port), and on a PROXY protocol listener, handing
+/// `/app/` to Apache.
+fn ramjet(apache: &Apache) -> (Server, u16) {
+    let (port, proxied) = (free_port(), free_port());
+    let dir = Server::dir();
+    std::fs::write(dir.path().join("root/static.txt"), "from ramjet").unwrap();
+    let s = Server::start(
+        crate::BIN,
+        dir,
+        &format!(
+            "listen = [\"127.0.0.1:{port}\", \"[::1]:{port}\", {{ address = \"127.0.0.1:{proxied}\", proxy_protocol = true }}]\n[[location]]\nroot = \"root\"\n[[location]]\npath = \"/app/\"\nhandoff = \"{}\"\n",
+            apache.socket.display()
+        ),
+    );
+    (s, proxied)
+}
+
+#[test]
+fn apache_serves_connections_ramjet_hands_it() {
+    let mut apache = Apache::start("event");
+    let (s, proxied) = ramjet(&apache);
+
+    // curl: a file and a CGI script with a body, with the client's own address.
+    let (ok, out) = crate::curl(&["-i", &s.url("/app/page.html")]);
+    let out = String::from_utf8_lossy(&out).into_owned();
+    assert!(ok, "{out}");
+    assert!(out.contains("Server: Apache"), "{out}");
+    assert!(out.ends_with("<h1>apache page</h1>\n"), "{out}");
+    let (ok, out) = crate::curl(&["-d", "hello", &s.url("/app/cgi-bin/env.sh?q=1")]);
+    assert!(ok);
+    let out = String::from_utf8_lossy(&out).into_owned();
+    assert!(out.starts_with("addr=127.0.0.1 port="), "{out}");
+    assert!(
+        out.ends_with("method=POST uri=/app/cgi-bin/env.sh?q=1 body=hello\n"),
+        "{out}"
+    );
+
+    // A head in two packets and a body partly sent with it: Apache reads the rest from
+    // the socket after the prefix (however ramjet's reads split the segments, the first
+    // half is in the prefix or still in the socket). Keep-alive then goes on with Apache.
+    let mut c = Client::connect(s.addr);
+    c.stream.set_nodelay(true).unwrap();
+    let me = c.stream.local_addr().unwrap();
+    c.send(b"POST /app/cgi-bin/env.sh HTTP/1.1\r\nHo");
+    c.send(b"st: t\r\nContent-Length: 10\r\n\r\n12345");
+    c.send(b"67890");
+    let r = c.response(false);
+    assert_eq!(
+        r.text(),
+        format!(
+            "addr=127.0.0.1 port={} method=POST uri=/app/cgi-bin/env.sh body=1234567890\n",
+            me.port()
+        )
+    );
+    c.send(b"GET /app/page.html HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response(false);
+    assert_eq!(r.text(), "<h1>apache page</h1>\n");
+    assert!(r.header("Server").unwrap().starts_with("Apache"));
+
+    // Pipelined in one write: ramjet answers the first, Apache the two after it.
+    let mut c = Client::connect(s.addr);
+    c.send(b"GET /static.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /app/cgi-bin/env.sh?two HTTP/1.1\r\nHost: t\r\n\r\nGET /app/page.html HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).text(), "from ramjet");
+    assert!(c
+        .response(false)
+        .text()
+        .ends_with("method=GET uri=/app/cgi-bin/env.sh?two body=\n"));
+    assert_eq!(c.response(false).text(), "<h1>apache page</h1>\n");
+
+    // IPv6.
+    let (ok, out) = crate::curl(&[
+        "-g",
+        &format!("http://[::1]:{}/app/cgi-bin/env.sh?v6", s.addr.port()),
+    ]);
+    assert!(ok);
+    let out = String::from_utf8_lossy(&out).into_owned();
+    assert!(out.starts_with("addr=::1 port="), "{out}");
+
+    // Behind a PROXY protocol header, Apache sees the client the header named.
+    let mut c = Client::connect(std::net::SocketAddr::from(([127, 0, 0, 1], proxied)));
+    c.send(b"PROXY TCP4 203.0.113.7 127.0.0.1 5555 80\r\nGET /app/cgi-bin/env.sh?proxied HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(
+        c.response(false).text(),
+        "addr=203.0.113.7 port=5555 method=GET uri=/app/cgi-bin/env.sh?proxied body=\n"
+    );
+
+    // ab, many new connections at once: every one answered by Apache.
+    let out = Command::new("ab")
+        .args(["-q", "-n", "2000", "-c", "20"])
+        .arg(s.url("/app/page.html"))
+        .output()
+        .expect("ab (apache2-utils)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("Complete requests:      2000"), "{text}");
+    assert!(text.contains("Failed requests:        0"), "{text}");
+    assert!(!text.contains("Non-2xx"), "{text}");
+    assert!(
+        !apache.error_log().contains("malformed"),
+        "{}",
+        apache.error_log()
+    );
+
+    // Apache stopped: its socket is gone, and the client gets ramjet's 503 at once.
+    apache.stop();
+    let started = Instant::now();
+    let r = s.get("/app/page.html");
+    assert_eq!(r.status, 503);
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+/// prefork (one connection per process, what mod_php needs): the children take turns on
+/// the shared socket, each taking one connection of a message and passing the rest on.
+#[test]
+fn apache_prefork_serves_handed_connections_one_per_child() {
+    let apache = Apache::start("prefork");
+    let (s, _) = ramjet(&apache);
+    let (ok, out) = crate::curl(&["-d", "hello", &s.url("/app/cgi-bin/env.sh?q=1")]);
+    assert!(ok);
+    let out = String::from_utf8_lossy(&out).into_owned();
+    assert!(
+        out.starts_with("addr=127.0.0.1 port=")
+            && out.ends_with("method=POST uri=/app/cgi-bin/env.sh?q=1 body=hello\n"),
+        "{out}"
+    );
+    let mut c = Client::connect(s.addr);
+    c.send(b"GET /static.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /app/page.html HTTP/1.1\r\nHost: t\r\n\r\nGET /app/page.html HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).text(), "from ramjet");
+    assert_eq!(c.response(false).text(), "<h1>apache page</h1>\n");
+    assert_eq!(c.response(false).text(), "<h1>apache page</h1>\n");
+    // Bursts of new connections arrive in batches: each batch is spread over children.
+    let out = Command::new("ab")
+        .args(["-q", "-n", "1000", "-c", "16"])
+        .arg(s.url("/app/page.html"))
+        .output()
+        .expect("ab (apache2-utils)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(text.contains("Complete requests:      1000"), "{text}");
+    assert!(text.contains("Failed requests:        0"), "{text}");
+    assert!(!text.contains("Non-2xx"), "{text}");
+    let log = apache.error_log();
+    assert!(
+        !log.contains("AH02179") && !log.contains("malformed"),
+        "{log}"
+    );
+}
