@@ -139,6 +139,9 @@ pub(crate) struct Start {
     pub(crate) refuse: bool,
     /// Back from the parking lot: idle between requests, its PROXY header long read.
     pub(crate) resumed: bool,
+    /// Bytes read before this process had the connection (an upgrade's hand-over); boxed,
+    /// as every connection's future holds this.
+    pub(crate) prefix: Option<Box<Vec<u8>>>,
 }
 
 /// What a connection that went idle for a while leaves to be parked: its socket, the
@@ -153,12 +156,13 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
         listener,
         refuse,
         resumed,
+        prefix,
     } = start;
     let mut conn = Conn {
         stream,
         peer,
         listener,
-        buf: Vec::new(),
+        buf: prefix.map_or_else(Vec::new, |p| *p),
         start: 0,
         out: Outbox::default(),
         pending: Vec::new(),
@@ -207,6 +211,12 @@ impl Conn {
                     ReadOutcome::Data => {}
                     ReadOutcome::Park => {
                         self.state = State::Parking(deadline);
+                        return;
+                    }
+                    ReadOutcome::Shutdown => {
+                        if let Some(to) = w.hand_to() {
+                            return Box::pin(self.hand_over(w, to)).await;
+                        }
                         return;
                     }
                     _ => return,
@@ -293,8 +303,10 @@ impl Conn {
                                 handoff: Some((socket, Box::new(logged))),
                             };
                         }
-                        let keep =
-                            head.keep_alive && body.is_ok() && !w.stopping.get() && !self.refuse;
+                        let keep = head.keep_alive
+                            && body.is_ok()
+                            && (!w.stopping.get() || w.handing_over())
+                            && !self.refuse;
                         let tunnel = upgrade_of(&mut response);
                         let status = response.status;
                         let upstream = response
@@ -826,6 +838,7 @@ impl Conn {
             fd,
             record,
             (queued_at + self.generation.config.timeouts.handoff).into_std(),
+            true,
         );
         tokio::task::yield_now().await;
         loop {
@@ -864,6 +877,39 @@ impl Conn {
         self.out.body_written.clear();
         self.pending.push(*logged);
         self.log(w);
+    }
+
+    /// An upgrade: this idle connection goes to the new process's hand-off socket `to`,
+    /// with whatever was read and not answered. Not a request of its own: no log line.
+    /// If the new process cannot take it, the connection is closed (as an idle keep-alive
+    /// connection may be at any time; the client sends its next request again).
+    async fn hand_over<C: Content>(&mut self, w: &HttpWorker<C>, to: Arc<std::path::PathBuf>) {
+        use std::os::fd::AsFd;
+        let Ok(fd) = ramjet_runtime::sys::duplicate(self.stream.as_fd()) else {
+            return;
+        };
+        let record = ramjet_handoff::Record {
+            id: w.handoffs.next_id(),
+            listener: self.listener,
+            client: self.peer,
+            local: w.listener(self.listener),
+            prefix: self.buf[self.start..].to_vec(),
+        };
+        let deadline = Instant::now() + self.generation.config.timeouts.handoff;
+        let fate = w.handoffs.queue(to, fd, record, deadline.into_std(), false);
+        tokio::task::yield_now().await;
+        loop {
+            let done = w.handoffs.flush(
+                self.generation.config.limits.handoff_batch,
+                std::time::Instant::now(),
+            );
+            w.stats.handoff_connections.add(done.connections as u64);
+            w.stats.handoff_messages.add(done.messages as u64);
+            if fate.get() != crate::handoff::Fate::Queued {
+                return;
+            }
+            tokio::time::sleep(crate::handoff::RETRY).await;
+        }
     }
 
     /// Close: send FIN, and when unread input may follow an error, drain it for a while so
@@ -1110,6 +1156,7 @@ mod state_size {
                 listener: 0,
                 refuse: false,
                 resumed: false,
+                prefix: None,
             };
             let future = super::run(&worker, start);
             let size = std::mem::size_of_val(&future);

@@ -47,8 +47,11 @@ struct Queued {
     /// task ends.
     fd: OwnedFd,
     record: Record,
-    /// Answered 503 if still here then.
+    /// Answered 503 (or closed, without `answer`) if still here then.
     deadline: Instant,
+    /// Whether a client that cannot be handed over gets a 503 (a request waits for an
+    /// answer) or only a close (an idle connection of an upgrade).
+    answer: bool,
     fate: Rc<Cell<Fate>>,
 }
 
@@ -88,6 +91,7 @@ impl Handoffs {
         fd: OwnedFd,
         record: Record,
         deadline: Instant,
+        answer: bool,
     ) -> Rc<Cell<Fate>> {
         let fate = Rc::new(Cell::new(Fate::Queued));
         self.queue.borrow_mut().push(Queued {
@@ -95,6 +99,7 @@ impl Handoffs {
             fd,
             record,
             deadline,
+            answer,
             fate: fate.clone(),
         });
         fate
@@ -129,9 +134,11 @@ impl Handoffs {
                     continue;
                 }
                 q.fate.set(Fate::Refused);
-                let mut stream = std::net::TcpStream::from(q.fd);
-                // Best effort: the socket is non-blocking and the answer small.
-                let _ = stream.write(UNAVAILABLE);
+                if q.answer {
+                    let mut stream = std::net::TcpStream::from(q.fd);
+                    // Best effort: the socket is non-blocking and the answer small.
+                    let _ = stream.write(UNAVAILABLE);
+                }
                 refused += 1;
             }
             if refused > 0 {
@@ -241,7 +248,7 @@ mod tests {
             .iter()
             .map(|(_, s)| {
                 let fd = s.as_fd().try_clone_to_owned().unwrap();
-                h.queue(path.clone(), fd, record(h, s), now + WAIT)
+                h.queue(path.clone(), fd, record(h, s), now + WAIT, true)
             })
             .collect()
     }

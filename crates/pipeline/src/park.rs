@@ -171,8 +171,9 @@ impl Lot {
         Some(p)
     }
 
-    /// Close every parked connection (at shutdown).
-    fn close_all(&self) -> usize {
+    /// Take every parked connection out of the lot (at shutdown); dropping them closes
+    /// them.
+    fn take_all(&self) -> Vec<Parked> {
         let keys: Vec<u64> = self
             .slots
             .borrow()
@@ -181,9 +182,9 @@ impl Lot {
             .filter(|(_, s)| s.parked.is_some())
             .map(|(i, s)| key(i as u32, s.seq))
             .collect();
-        let n = keys.iter().filter(|&&k| self.take(k).is_some()).count();
+        let taken = keys.iter().filter_map(|&k| self.take(k)).collect();
         self.expiry.borrow_mut().clear();
-        n
+        taken
     }
 }
 
@@ -197,8 +198,15 @@ async fn run<C: Content>(w: Rc<HttpWorker<C>>) {
     let mut keys = Vec::with_capacity(ReadySet::BATCH);
     loop {
         if w.stopping.get() {
-            let n = lot.close_all();
-            w.count_parked(-(n as isize));
+            let all = lot.take_all();
+            w.count_parked(-(all.len() as isize));
+            if w.handing_over() {
+                // An upgrade: each goes back to a task, which finds the worker stopping
+                // and hands it to the new process.
+                for p in all {
+                    tokio::task::spawn_local(w.clone().resume(p));
+                }
+            }
             lot.running.set(false);
             return;
         }

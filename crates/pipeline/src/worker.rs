@@ -49,6 +49,8 @@ pub struct HttpWorker<C: Content> {
     pub(crate) date: RefCell<DateCache>,
     open: Cell<usize>,
     pub(crate) stopping: Cell<bool>,
+    /// Set with `stopping` for an upgrade: where idle connections go.
+    hand_to: RefCell<Option<Arc<std::path::PathBuf>>>,
     pub(crate) shutdown: Notify,
     buffers: RefCell<Vec<Vec<u8>>>,
     batches: RefCell<Vec<(Outbox, Vec<Pending>)>>,
@@ -81,11 +83,22 @@ impl<C: Content> HttpWorker<C> {
             date: RefCell::new(DateCache::new()),
             open: Cell::new(0),
             stopping: Cell::new(false),
+            hand_to: RefCell::new(None),
             shutdown: Notify::new(),
             buffers: RefCell::new(Vec::new()),
             batches: RefCell::new(Vec::new()),
             handoffs: crate::handoff::Handoffs::new(index),
         }
+    }
+
+    /// Stopping for an upgrade: the hand-off socket of the new process.
+    pub(crate) fn hand_to(&self) -> Option<Arc<std::path::PathBuf>> {
+        self.hand_to.borrow().clone()
+    }
+
+    /// Stopping for an upgrade: connections are kept open for the new process.
+    pub(crate) fn handing_over(&self) -> bool {
+        self.hand_to.borrow().is_some()
     }
 
     /// The address of listener `at` (unspecified if out of range, which the runtime never
@@ -199,11 +212,15 @@ impl<C: Content> HttpWorker<C> {
 
     /// Park a connection that went idle (or go on serving it if it cannot be parked).
     fn park(self: &Rc<Self>, rest: crate::conn::Rest, client: Option<ClientConnection>) {
+        let (stream, peer, listener, deadline) = rest;
         if self.stopping.get() {
-            // Shutting down: an idle connection is closed, not parked.
+            // Shutting down: an idle connection is closed, not parked; in an upgrade its
+            // task goes on, to hand it over.
+            if self.handing_over() {
+                tokio::task::spawn_local(self.clone().serve_on(stream, peer, listener, client));
+            }
             return;
         }
-        let (stream, peer, listener, deadline) = rest;
         if let Err((stream, client)) = self
             .lot
             .park(self, stream, peer, listener, deadline, client)
@@ -244,6 +261,7 @@ impl<C: Content> HttpWorker<C> {
             listener,
             refuse: client.as_ref().is_some_and(|c| c.over),
             resumed: true,
+            prefix: None,
         };
         if let Some(rest) = crate::conn::run(&self, start).await {
             self.park(rest, client);
@@ -290,6 +308,42 @@ impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
             listener: listener as u16,
             refuse,
             resumed: false,
+            prefix: None,
+        };
+        if let Some(rest) = crate::conn::run(&self, start).await {
+            self.park(rest, client);
+        }
+    }
+
+    async fn serve_handed(
+        self: Rc<Self>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        listener: usize,
+        prefix: Vec<u8>,
+    ) {
+        if self.stopping.get() {
+            return;
+        }
+        self.open.set(self.open.get() + 1);
+        self.stats.open.add(1);
+        let _guard = OpenGuard(&self.open, self.stats);
+        let per_client = self
+            .current
+            .borrow()
+            .config
+            .limits
+            .max_connections_per_client;
+        let client = per_client.map(|max| ClientConnection::enter(peer, max));
+        let start = crate::conn::Start {
+            stream,
+            peer,
+            listener: listener as u16,
+            refuse: client.as_ref().is_some_and(|c| c.over),
+            // Between requests, as a parked connection is: its PROXY header (if any) was
+            // read by the process that accepted it.
+            resumed: true,
+            prefix: (!prefix.is_empty()).then(|| Box::new(prefix)),
         };
         if let Some(rest) = crate::conn::run(&self, start).await {
             self.park(rest, client);
@@ -316,7 +370,8 @@ impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
         self.content.on_tick(&current.config);
     }
 
-    fn begin_shutdown(&self) {
+    fn begin_shutdown(&self, hand_to: Option<Arc<std::path::PathBuf>>) {
+        *self.hand_to.borrow_mut() = hand_to;
         self.stopping.set(true);
         self.shutdown.notify_waiters();
     }

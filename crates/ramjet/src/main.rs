@@ -5,6 +5,7 @@ mod bench_cli;
 #[cfg(feature = "fault-injection")]
 mod fault;
 mod handlers;
+mod upgrade;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -138,9 +139,15 @@ fn load(args: &ServeArgs) -> anyhow::Result<Resolved> {
 }
 
 fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    // Before anything else: it reads and clears the environment's LISTEN_* variables.
+    // Before anything else: these read and clear the environment's LISTEN_* variables
+    // and what an upgrading old process passed.
     let activated = ramjet_runtime::sys::take_activated_listeners()
         .context("socket activation (systemd's LISTEN_FDS)")?;
+    let mut inherited = ramjet_runtime::sys::upgrade::take_inherited()
+        .context("upgrade: what the old process passed")?;
+    // The program's path now: after an upgrade installs a new binary there, USR2 starts
+    // that one (the running binary's own file may be gone by then).
+    let exe = std::env::current_exe().context("finding this program")?;
     let resolved = load(&args)?;
     ramjet_observe::init_diagnostics(&resolved.log_level);
     let child = std::env::var_os(PROCESS_ENV).is_some();
@@ -150,6 +157,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             activated.len(),
             args.processes
         );
+    }
+    if args.processes > 1 && inherited.is_some() {
+        anyhow::bail!("upgrade: --processes is not supported with USR2 upgrades");
     }
     if args.processes > 1 && !child {
         return supervise(&args, &resolved);
@@ -166,7 +176,19 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .build()?;
     let mut signals = signal_rt.block_on(async { Signals::install() })?;
 
-    let listeners = if activated.is_empty() {
+    let passed = inherited.as_mut().map(|i| std::mem::take(&mut i.listeners));
+    let listeners = if let Some(passed) = passed {
+        tracing::info!(
+            "upgrade: took over {} listening socket(s) from the old process",
+            passed.len()
+        );
+        ramjet_runtime::inherit(
+            passed,
+            &resolved.listen,
+            resolved.workers,
+            resolved.limits.send_buffer,
+        )?
+    } else if activated.is_empty() {
         ramjet_runtime::bind(
             &resolved.listen,
             resolved.workers,
@@ -189,6 +211,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         l
     };
+    // What a USR2 upgrade passes on: every socket the workers will accept on.
+    let passable = upgrade::passable(&listeners).context("listeners for upgrades")?;
     let access_log = AccessLog::open(&resolved.access_log).context("opening the access log")?;
     let workers = resolved.workers;
     let pin = resolved.pin_workers;
@@ -210,6 +234,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         current.clone(),
         move |index, generation| HttpWorker::new(index, generation, content(), bound.clone()),
     )?;
+    if let Some(inherited) = inherited {
+        upgrade::take_over(inherited, server.injector(), addrs.clone());
+    }
     let plural = if workers == 1 { "" } else { "s" };
     for addr in &addrs {
         tracing::info!("listening on http://{addr} ({workers} worker{plural})");
@@ -218,10 +245,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("open {url}");
     }
 
-    signal_rt.block_on(async {
+    let mut attempts = 0;
+    let hand_to = signal_rt.block_on(async {
         loop {
             match signals.next().await {
-                Signal::Stop => break,
+                Signal::Stop => break None,
                 Signal::Reload => match reload(&args, &current) {
                     Ok(next) => {
                         grace = next.config.timeouts.shutdown;
@@ -237,12 +265,30 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
                     Ok(()) => tracing::info!("access log reopened"),
                     Err(e) => tracing::error!("cannot reopen the access log: {e}"),
                 },
+                Signal::Upgrade if child => {
+                    tracing::warn!("USR2: upgrades are not supported with --processes; ignored")
+                }
                 Signal::Upgrade => {
-                    tracing::warn!("USR2 (binary upgrade) is not implemented yet; ignored")
+                    attempts += 1;
+                    match upgrade::start_new(&exe, &passable, attempts) {
+                        Ok(path) => break Some(path),
+                        Err(e) => {
+                            tracing::error!("upgrade failed; this process goes on serving: {e:#}")
+                        }
+                    }
                 }
             }
         }
     });
+    if let Some(path) = hand_to {
+        let stuck = server.hand_over(upgrade::HAND_OVER_GRACE, path.clone());
+        let _ = std::fs::remove_file(&path);
+        if stuck > 0 {
+            return Err(anyhow::anyhow!("{stuck} worker(s) did not stop in time"));
+        }
+        tracing::info!("upgrade: every connection handed over or finished; exiting");
+        return Ok(());
+    }
     tracing::info!("stopping: finishing in-flight responses (up to {grace:?})");
     let stuck = server.stop(grace);
     if stuck > 0 {
@@ -312,7 +358,7 @@ fn supervise(args: &ServeArgs, resolved: &Resolved) -> anyhow::Result<()> {
                         Signal::Reload => "HUP",
                         Signal::ReopenLogs => "USR1",
                         Signal::Upgrade => {
-                            tracing::warn!("USR2 (binary upgrade) is not implemented yet; ignored");
+                            tracing::warn!("USR2: upgrades are not supported with --processes; ignored");
                             continue;
                         }
                     };

@@ -13,10 +13,12 @@ const BACKLOG: i32 = 4096;
 /// before it is accepted anyway.
 const DEFER_ACCEPT_SECS: u32 = 1;
 
-/// Listeners for each worker: `per_worker[w]` holds worker w's sockets, one per address.
+/// Listeners for each worker: `per_worker[w]` holds worker w's sockets, each with the
+/// index in `addrs` of the address it listens on (one per address when ramjet binds them;
+/// after an upgrade a worker may accept on several sockets of one address).
 #[derive(Debug)]
 pub struct Listeners {
-    pub per_worker: Vec<Vec<TcpListener>>,
+    pub per_worker: Vec<Vec<(usize, TcpListener)>>,
     /// The bound addresses (port 0 resolved to the real port), in the order of each
     /// worker's list.
     pub addrs: Vec<SocketAddr>,
@@ -38,7 +40,7 @@ pub fn bind(
     send_buffer: Option<usize>,
     shared: bool,
 ) -> io::Result<Listeners> {
-    let mut per_worker: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut per_worker: Vec<Vec<(usize, TcpListener)>> = (0..workers).map(|_| Vec::new()).collect();
     let mut bound = Vec::new();
     let mut entries = Vec::new();
     for (entry, &want) in addrs.iter().enumerate() {
@@ -52,11 +54,15 @@ pub fn bind(
             Err(e) => return Err(explain(want, e)),
         };
         let actual = first.local_addr()?;
+        let at = bound.len();
         bound.push(actual);
         entries.push(Some(entry));
-        per_worker[0].push(first);
+        per_worker[0].push((at, first));
         for list in per_worker.iter_mut().skip(1) {
-            list.push(open(actual, send_buffer).map_err(|e| explain(actual, e))?);
+            list.push((
+                at,
+                open(actual, send_buffer).map_err(|e| explain(actual, e))?,
+            ));
         }
     }
     if bound.is_empty() {
@@ -80,19 +86,72 @@ pub fn adopt(
     workers: usize,
     send_buffer: Option<usize>,
 ) -> io::Result<Listeners> {
-    let mut per_worker: Vec<Vec<TcpListener>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut per_worker: Vec<Vec<(usize, TcpListener)>> = (0..workers).map(|_| Vec::new()).collect();
     let mut addrs = Vec::new();
     let mut entries = Vec::new();
     for listener in passed {
         let addr = listener.local_addr()?;
         configure(&listener, send_buffer).map_err(|e| explain(addr, e))?;
+        let at = addrs.len();
         for list in per_worker.iter_mut().skip(1) {
-            list.push(listener.try_clone()?);
+            list.push((at, listener.try_clone()?));
         }
-        per_worker[0].push(listener);
+        per_worker[0].push((at, listener));
         entries.push(wanted.iter().position(|w| *w == addr));
         addrs.push(addr);
     }
+    Ok(Listeners {
+        per_worker,
+        addrs,
+        entries,
+    })
+}
+
+/// Serve on the listeners of the process this one replaces (a USR2 upgrade): the old
+/// process passes every socket it accepts on, several per address (one per old worker,
+/// `SO_REUSEPORT`). Each keeps accepting here, its queued connections included: every
+/// socket is given to at least one worker, and every worker gets at least one socket of
+/// each address. Sockets are grouped by address in the order given; the address list and
+/// the `listen` entries follow, as for [`adopt`].
+pub fn inherit(
+    passed: Vec<TcpListener>,
+    wanted: &[SocketAddr],
+    workers: usize,
+    send_buffer: Option<usize>,
+) -> io::Result<Listeners> {
+    let workers = workers.max(1);
+    let mut per_worker: Vec<Vec<(usize, TcpListener)>> = (0..workers).map(|_| Vec::new()).collect();
+    let mut addrs: Vec<SocketAddr> = Vec::new();
+    let mut groups: Vec<Vec<TcpListener>> = Vec::new();
+    for listener in passed {
+        let addr = listener.local_addr()?;
+        configure(&listener, send_buffer).map_err(|e| explain(addr, e))?;
+        match addrs.iter().position(|a| *a == addr) {
+            Some(at) => groups[at].push(listener),
+            None => {
+                addrs.push(addr);
+                groups.push(vec![listener]);
+            }
+        }
+    }
+    for (at, group) in groups.into_iter().enumerate() {
+        let k = group.len();
+        for (j, sock) in group.iter().enumerate() {
+            // Socket j to worker j mod workers; workers beyond the sockets share them.
+            let mut w = j % workers;
+            loop {
+                per_worker[w].push((at, sock.try_clone()?));
+                w += k;
+                if w >= workers {
+                    break;
+                }
+            }
+        }
+    }
+    let entries = addrs
+        .iter()
+        .map(|a| wanted.iter().position(|w| w == a))
+        .collect();
     Ok(Listeners {
         per_worker,
         addrs,

@@ -11,7 +11,7 @@ pub enum Signal {
     Reload,
     /// USR1: reopen log files.
     ReopenLogs,
-    /// USR2: binary upgrade (not yet implemented; logged).
+    /// USR2: binary upgrade (start the new binary, hand it everything, exit).
     Upgrade,
 }
 

@@ -4,13 +4,15 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::{spawn_local, LocalSet};
 
 use crate::listen::Listeners;
@@ -40,23 +42,70 @@ pub trait Worker: 'static {
         peer: SocketAddr,
         listener: usize,
     ) -> impl Future<Output = ()> + 'static;
+    /// Serve a connection another process handed over (a USR2 upgrade): accepted there,
+    /// `prefix` is what that process read and did not answer; no PROXY protocol header
+    /// is expected (`peer` is already the client's address).
+    fn serve_handed(
+        self: Rc<Self>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        listener: usize,
+        prefix: Vec<u8>,
+    ) -> impl Future<Output = ()> + 'static;
     /// A new configuration: requests that start from now on must use it.
     fn reload(&self, config: Arc<Self::Config>);
     /// Called about once a second (flush logs, expire caches).
     fn tick(&self);
     /// Shutdown began: idle connections should close; busy ones after their response.
-    fn begin_shutdown(&self);
+    /// With `hand_to` (an upgrade), idle connections go to the process receiving at that
+    /// hand-off socket instead, and busy ones after their response.
+    fn begin_shutdown(&self, hand_to: Option<Arc<PathBuf>>);
     /// Connections still open (drain waits for zero).
     fn connections(&self) -> usize;
     /// Last call on the worker thread: flush everything.
     fn finish(&self);
 }
 
+/// A connection handed over by another process, for [`Injector::inject`].
+#[derive(Debug)]
+pub struct Handed {
+    pub stream: std::net::TcpStream,
+    pub peer: SocketAddr,
+    /// Index in [`Listeners::addrs`] of the address it came in on.
+    pub listener: usize,
+    /// Bytes read from it and not answered.
+    pub prefix: Vec<u8>,
+}
+
+/// Puts handed-over connections into the workers, in turn. Cheap to clone; usable from
+/// any thread.
+#[derive(Clone)]
+pub struct Injector {
+    workers: Arc<[mpsc::UnboundedSender<Handed>]>,
+    next: Arc<AtomicUsize>,
+}
+
+impl Injector {
+    /// Give `conn` to the next worker. Fails (returning it) when the workers are gone.
+    pub fn inject(&self, conn: Handed) -> Result<(), Handed> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.workers.len();
+        self.workers[i].send(conn).map_err(|e| e.0)
+    }
+}
+
+/// How the workers stop.
+#[derive(Debug, Clone)]
+struct Stop {
+    grace: Duration,
+    hand_to: Option<Arc<PathBuf>>,
+}
+
 /// The main thread's handle on the running workers.
 pub struct Server<C> {
     config: watch::Sender<Arc<C>>,
-    stop: watch::Sender<Option<Duration>>,
+    stop: watch::Sender<Option<Stop>>,
     threads: Vec<JoinHandle<()>>,
+    injector: Injector,
 }
 
 impl<C: Send + Sync + 'static> Server<C> {
@@ -70,7 +119,30 @@ impl<C: Send + Sync + 'static> Server<C> {
     /// loop (a handler stuck in a loop): the count of workers still running is returned,
     /// and the caller exits the process regardless of them.
     pub fn stop(self, grace: Duration) -> usize {
-        self.stop.send_replace(Some(grace));
+        self.stop_with(Stop {
+            grace,
+            hand_to: None,
+        })
+    }
+
+    /// Stop accepting and hand every connection, once idle, to the process receiving at
+    /// the hand-off socket `to` (a USR2 upgrade); in-flight responses finish here first.
+    /// Returns as [`Server::stop`] does, when the connections are gone or `grace` is up.
+    pub fn hand_over(self, grace: Duration, to: PathBuf) -> usize {
+        self.stop_with(Stop {
+            grace,
+            hand_to: Some(Arc::new(to)),
+        })
+    }
+
+    /// For another thread to put handed-over connections into the workers.
+    pub fn injector(&self) -> Injector {
+        self.injector.clone()
+    }
+
+    fn stop_with(self, stop: Stop) -> usize {
+        let grace = stop.grace;
+        self.stop.send_replace(Some(stop));
         let deadline = std::time::Instant::now() + grace + STOP_MARGIN;
         let mut threads = self.threads;
         while !threads.is_empty() && std::time::Instant::now() < deadline {
@@ -108,9 +180,12 @@ where
     let make = Arc::new(make);
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut threads = Vec::new();
+    let mut injectors = Vec::new();
     for (index, socks) in listeners.per_worker.into_iter().enumerate() {
         let config_rx = config_tx.subscribe();
         let stop_rx = stop_tx.subscribe();
+        let (inject_tx, inject_rx) = mpsc::unbounded_channel();
+        injectors.push(inject_tx);
         let make = make.clone();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -126,7 +201,10 @@ where
                     }
                 }
                 let local = LocalSet::new();
-                local.block_on(&runtime, run_worker(index, socks, config_rx, stop_rx, make));
+                local.block_on(
+                    &runtime,
+                    run_worker(index, socks, config_rx, stop_rx, inject_rx, make),
+                );
             })?;
         threads.push(thread);
     }
@@ -134,14 +212,19 @@ where
         config: config_tx,
         stop: stop_tx,
         threads,
+        injector: Injector {
+            workers: injectors.into(),
+            next: Arc::new(AtomicUsize::new(0)),
+        },
     })
 }
 
 async fn run_worker<W, F>(
     index: usize,
-    socks: Vec<std::net::TcpListener>,
+    socks: Vec<(usize, std::net::TcpListener)>,
     mut config_rx: watch::Receiver<Arc<W::Config>>,
-    mut stop_rx: watch::Receiver<Option<Duration>>,
+    mut stop_rx: watch::Receiver<Option<Stop>>,
+    mut inject_rx: mpsc::UnboundedReceiver<Handed>,
     make: Arc<F>,
 ) where
     W: Worker,
@@ -149,12 +232,27 @@ async fn run_worker<W, F>(
 {
     let worker = Rc::new(make(index, config_rx.borrow_and_update().clone()));
     let mut tasks = Vec::new();
-    for (at, sock) in socks.into_iter().enumerate() {
+    for (at, sock) in socks {
         match TcpListener::from_std(sock) {
             Ok(listener) => tasks.push(spawn_local(accept_loop(worker.clone(), listener, at))),
             Err(e) => tracing::error!("worker {index}: listener: {e}"),
         }
     }
+    let w = worker.clone();
+    tasks.push(spawn_local(async move {
+        while let Some(h) = inject_rx.recv().await {
+            if let Err(e) = h.stream.set_nonblocking(true) {
+                tracing::debug!("handed-over connection: {e}");
+                continue;
+            }
+            match TcpStream::from_std(h.stream) {
+                Ok(stream) => {
+                    spawn_local(w.clone().serve_handed(stream, h.peer, h.listener, h.prefix));
+                }
+                Err(e) => tracing::debug!("handed-over connection: {e}"),
+            }
+        }
+    }));
     let w = worker.clone();
     tasks.push(spawn_local(async move {
         while config_rx.changed().await.is_ok() {
@@ -171,19 +269,23 @@ async fn run_worker<W, F>(
             w.tick();
         }
     }));
-    let grace = loop {
-        if let Some(grace) = *stop_rx.borrow_and_update() {
-            break grace;
+    let stop = loop {
+        if let Some(stop) = stop_rx.borrow_and_update().clone() {
+            break stop;
         }
         if stop_rx.changed().await.is_err() {
-            break Duration::ZERO;
+            break Stop {
+                grace: Duration::ZERO,
+                hand_to: None,
+            };
         }
     };
+    let grace = stop.grace;
     // Aborting the accept loops drops (closes) this worker's listeners.
     for t in &tasks {
         t.abort();
     }
-    worker.begin_shutdown();
+    worker.begin_shutdown(stop.hand_to);
     let deadline = tokio::time::Instant::now() + grace;
     while worker.connections() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(DRAIN_POLL).await;

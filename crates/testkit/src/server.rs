@@ -115,6 +115,16 @@ impl Server {
         c.response(false)
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// Whether the server process has exited (it is reaped if so).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut()?.try_wait().ok().flatten()
+    }
+
     /// Send a signal (e.g. `libc::SIGHUP`).
     pub fn signal(&self, sig: i32) {
         let pid = self.child.as_ref().expect("running").id();

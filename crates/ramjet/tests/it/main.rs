@@ -24,6 +24,7 @@ mod request_body;
 mod security;
 mod shaping;
 mod stream;
+mod upgrade;
 
 use ramjet_testkit::Server;
 

@@ -57,7 +57,7 @@ pub fn take_activated_listeners() -> io::Result<Vec<TcpListener>> {
 }
 
 /// A listening TCP socket (IPv4 or IPv6), made close-on-exec.
-fn check(fd: &OwnedFd) -> io::Result<()> {
+pub(super) fn check(fd: &OwnedFd) -> io::Result<()> {
     use rustix::io::{fcntl_getfd, fcntl_setfd, FdFlags};
     use rustix::net::{getsockname, sockopt, SocketAddrAny, SocketType};
     let flags = fcntl_getfd(fd)?;

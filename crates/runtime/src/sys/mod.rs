@@ -14,6 +14,7 @@ mod receive;
 mod residency;
 mod send;
 mod socket;
+pub mod upgrade;
 
 pub use activation::take_activated_listeners;
 pub use file::{
