@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""The 2001 experiment, with a Rust backend: 30% of requests belong to a backend process,
-70% are static files ramjet serves. Each request is its own connection (a hand-off gives
+"""The 2001 experiment: 30% of requests belong to a backend process, 70% are static
+files ramjet serves. The backend is Rust (`--backend rust`, the default) or a stock Apache
+2.4 (`--backend apache`: event MPM, 2 processes of 25 threads, receiving hand-offs with
+integrations/apache/mod_ramjet_handoff.c, its share a 4 KB file it serves itself). Each request is its own connection (a hand-off gives
 the connection away for good, so keep-alive would send every later request of it to the
 backend). Variants, in the same run:
 
@@ -11,14 +13,16 @@ backend). Variants, in the same run:
   direct     no ramjet in the backend's path: clients connect to the backend for its 30%
              and to ramjet for the static 70% (the cost of serving the same requests
              without forwarding)
+  alone      (Apache only) Apache serves everything, the static 70% too
 
-The backend is crates/handoff/examples/backend.rs (a thread per connection, answering a
-short text); ramjet (1 worker) and the backend share CPU 0, the load (`ramjet bench -t1`)
-is on CPU 1. Per variant, median of ROUNDS: requests/s, p99, CPU of ramjet and of the
-backend per request (utime+stime from /proc), context switches per request (perf stat
-over both processes).
+The Rust backend is crates/handoff/examples/backend.rs (a thread per connection,
+answering a short text). ramjet (1 worker) and the backend share CPU 0, the load
+(`ramjet bench -t1`) is on CPU 1. Per variant, median of ROUNDS: requests/s, p99, CPU of
+ramjet and of the backend per request (utime+stime from /proc; for Apache its parent,
+its children and the children it reaped), context switches per request (perf stat over
+every process).
 
-    bench/handoff.py --out bench/results/$(date +%F)-handoff [--rounds 3] [--duration 5]
+    bench/handoff.py --out bench/results/$(date +%F)-handoff [--backend apache] [--rounds 3] [--duration 5]
 """
 
 import argparse
@@ -38,11 +42,51 @@ PORT = 18810
 BACKEND_PORT = 18811
 TICK = os.sysconf("SC_CLK_TCK")
 VARIANTS = ["proxy", "single", "batched", "direct"]
+APACHE_VARIANTS = VARIANTS + ["alone"]
+MODULE = ROOT / "integrations/apache/.libs/mod_ramjet_handoff.so"
 
 
 def cpu_seconds(pid):
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def family(pid):
+    """pid and its live children."""
+    out = [pid]
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(d.name))
+            except (OSError, ValueError, IndexError):
+                pass
+    return out
+
+
+def family_cpu(pid):
+    """CPU of a process, its live children and the children it reaped."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    total = (int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])) / TICK
+    return total + sum(cpu_seconds(c) for c in family(pid)[1:])
+
+
+def apache_conf(work):
+    m = "/usr/lib/apache2/modules"
+    user = "User www-data\nGroup www-data\n" if os.geteuid() == 0 else ""
+    conf = work / "httpd.conf"
+    conf.write_text(
+        f'ServerRoot "{work}"\nListen 127.0.0.1:{BACKEND_PORT}\nServerName localhost\n{user}'
+        f'PidFile {work}/httpd.pid\nErrorLog {work}/error.log\nLogLevel warn\n'
+        f"LoadModule mpm_event_module {m}/mod_mpm_event.so\n"
+        f"LoadModule authz_core_module {m}/mod_authz_core.so\n"
+        f"LoadModule mime_module {m}/mod_mime.so\nLoadModule alias_module {m}/mod_alias.so\n"
+        f"LoadModule ramjet_handoff_module {MODULE}\nRamjetHandoffSocket {work}/backend.sock\n"
+        f'TypesConfig /etc/mime.types\nDocumentRoot "{work}/www"\nAlias /app/ "{work}/app/"\n'
+        f'<Directory "{work}">\n  Require all granted\n</Directory>\n'
+        "KeepAlive On\nStartServers 2\nServerLimit 2\nThreadsPerChild 25\n"
+        "MaxRequestWorkers 50\nMinSpareThreads 1\nMaxSpareThreads 50\n")
+    return conf
 
 
 def wait_port(port):
@@ -75,33 +119,42 @@ def config(variant, work):
 
 
 def urls(variant):
-    static = f"http://127.0.0.1:{PORT}/4k.bin"
-    app = (f"http://127.0.0.1:{BACKEND_PORT}/app/x" if variant == "direct"
+    static = (f"http://127.0.0.1:{BACKEND_PORT}/4k.bin" if variant == "alone"
+              else f"http://127.0.0.1:{PORT}/4k.bin")
+    app = (f"http://127.0.0.1:{BACKEND_PORT}/app/x" if variant in ("direct", "alone")
            else f"http://127.0.0.1:{PORT}/app/x")
     # Round-robin per connection: 7 static, 3 for the backend.
     return [static] * 7 + [app] * 3
 
 
-def run(variant, work, duration, connections):
-    backend = subprocess.Popen(["taskset", "-c", "0", str(BACKEND), str(work / "backend.sock"),
-                                f"127.0.0.1:{BACKEND_PORT}"], stdout=subprocess.DEVNULL)
+def run(variant, work, duration, connections, apache):
+    if apache:
+        backend = subprocess.Popen(["taskset", "-c", "0", "/usr/sbin/apache2", "-f",
+                                    str(apache_conf(work)), "-DFOREGROUND"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   start_new_session=True)
+    else:
+        backend = subprocess.Popen(["taskset", "-c", "0", str(BACKEND), str(work / "backend.sock"),
+                                    f"127.0.0.1:{BACKEND_PORT}"], stdout=subprocess.DEVNULL)
     ramjet = subprocess.Popen(["taskset", "-c", "0", str(RAMJET), "serve", "--config",
                                str(config(variant, work))], stderr=subprocess.DEVNULL)
+    backend_cpu = family_cpu if apache else cpu_seconds
     try:
         wait_port(PORT)
         wait_port(BACKEND_PORT)
         load = ["taskset", "-c", "1", str(RAMJET), "bench", "-t1", "-c", str(connections),
                 "--no-keepalive", "--json", "--no-progress"]
         subprocess.run(load + ["-d", "1s"] + urls(variant), capture_output=True)  # warm-up
-        cpu0 = (cpu_seconds(ramjet.pid), cpu_seconds(backend.pid))
+        cpu0 = (cpu_seconds(ramjet.pid), backend_cpu(backend.pid))
+        pids = [ramjet.pid] + (family(backend.pid) if apache else [backend.pid])
         perf = subprocess.Popen(["perf", "stat", "-x,", "-e", "context-switches", "-p",
-                                 f"{ramjet.pid},{backend.pid}"],
+                                 ",".join(map(str, pids))],
                                 stderr=subprocess.PIPE, text=True)
         out = subprocess.run(load + ["-d", f"{duration}s"] + urls(variant),
                              capture_output=True, text=True).stdout
         perf.send_signal(2)
         switches = int(perf.communicate()[1].strip().splitlines()[-1].split(",")[0])
-        cpu1 = (cpu_seconds(ramjet.pid), cpu_seconds(backend.pid))
+        cpu1 = (cpu_seconds(ramjet.pid), backend_cpu(backend.pid))
         r = json.loads(out)
         n = r["responses"]
         return {
@@ -125,38 +178,50 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--connections", type=int, default=50)
+    ap.add_argument("--backend", choices=["rust", "apache"], default="rust")
     args = ap.parse_args()
+    apache = args.backend == "apache"
+    variants = APACHE_VARIANTS if apache else VARIANTS
     subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "ramjet", "-p", "ramjet-handoff",
                     "--example", "backend", "--bin", "ramjet"], cwd=ROOT, check=True)
+    if apache:
+        subprocess.run(["make", "-s", "-C", str(ROOT / "integrations/apache")], check=True,
+                       stdout=subprocess.DEVNULL)
     work = Path(tempfile.mkdtemp(prefix="ramjet-handoff-"))
-    (work / "www").mkdir()
+    os.chmod(work, 0o755)
+    for d in ("www", "app"):
+        (work / d).mkdir()
+        os.chmod(work / d, 0o755)
     (work / "www/4k.bin").write_bytes(os.urandom(4096))
-    runs = {v: [] for v in VARIANTS}
+    (work / "app/x").write_bytes(os.urandom(4096))
+    for f in ("www/4k.bin", "app/x"):
+        os.chmod(work / f, 0o644)
+    runs = {v: [] for v in variants}
     for rnd in range(args.rounds):
-        for v in VARIANTS[rnd % len(VARIANTS):] + VARIANTS[:rnd % len(VARIANTS)]:
-            r = run(v, work, args.duration, args.connections)
+        for v in variants[rnd % len(variants):] + variants[:rnd % len(variants)]:
+            r = run(v, work, args.duration, args.connections, apache)
             runs[v].append(r)
             print(f"round {rnd} {v:8} {r['rps']:>10,.0f} req/s  p99 {r['p99_ms']:.2f} ms  "
                   f"ramjet {r['ramjet_us']:.1f} us/req  backend {r['backend_us']:.1f} us/req  "
                   f"{r['switches']:.2f} switches/req  errors {r['errors']}", flush=True)
-    med = {v: {k: statistics.median(r[k] for r in runs[v]) for k in runs[v][0]} for v in VARIANTS}
+    med = {v: {k: statistics.median(r[k] for r in runs[v]) for k in runs[v][0]} for v in variants}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    lines = [f"# Hand-off vs proxy vs direct — {time.strftime('%Y-%m-%d %H:%M')}", "",
+    lines = [f"# Hand-off vs proxy vs direct ({args.backend} backend) — {time.strftime('%Y-%m-%d %H:%M')}", "",
              "Command: `" + " ".join(sys.argv) + "`", "", __doc__.split("\n\n    bench/")[0], "",
              "CPU columns are per request of the whole mix. *ramjet per forwarded request* is what",
              "forwarding the backend's 30% adds to ramjet: (ramjet µs/req − direct's) / 0.3.", "",
              "| variant | req/s | p99 ms | ramjet CPU µs/req | ramjet per forwarded request µs | backend CPU µs/req | both µs/req | context switches/req | errors |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     base = med["direct"]["ramjet_us"]
-    for v in VARIANTS:
+    for v in variants:
         m = med[v]
-        fwd = "-" if v == "direct" else f"{(m['ramjet_us'] - base) / 0.3:.1f}"
+        fwd = "-" if v in ("direct", "alone") else f"{(m['ramjet_us'] - base) / 0.3:.1f}"
         lines.append(f"| {v} | {m['rps']:,.0f} | {m['p99_ms']:.2f} | {m['ramjet_us']:.1f} | {fwd} | "
                      f"{m['backend_us']:.1f} | {m['ramjet_us'] + m['backend_us']:.1f} | "
                      f"{m['switches']:.2f} | {m['errors']:.0f} |")
     lines += ["", "All runs (req/s): " + "; ".join(
-        f"{v} " + ", ".join(f"{r['rps']:,.0f}" for r in runs[v]) for v in VARIANTS), ""]
+        f"{v} " + ", ".join(f"{r['rps']:,.0f}" for r in runs[v]) for v in variants), ""]
     (out / "report.md").write_text("\n".join(lines))
     (out / "runs.json").write_text(json.dumps(runs, indent=1))
     print("\n".join(lines))

@@ -280,6 +280,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             }
         }
     });
+    // The copies kept for an upgrade would keep the sockets listening (accepting into a
+    // queue nobody serves) after the workers close theirs.
+    drop(passable);
     if let Some(path) = hand_to {
         let stuck = server.hand_over(upgrade::HAND_OVER_GRACE, path.clone());
         let _ = std::fs::remove_file(&path);
