@@ -16,25 +16,29 @@
  *   - RamjetHandoffSocket adds a listener (an ap_listen_rec) to Apache's list before the
  *     MPM opens its listeners, and the parent binds the hand-off socket then, so every
  *     child inherits it.
- *   - In each child a receiver thread reads a message (a batch of connections) from that
- *     socket into the child's queue, but only when the MPM has taken every connection of
- *     the previous one: a busy child, whose MPM stops accepting, leaves the next
- *     messages to the other children. What the MPM polls for this listener is an
- *     eventfd, readable while the queue holds connections.
- *   - The listener's accept function takes one connection off the queue. The MPM then
- *     runs it like any connection it accepted (event: its async keep-alive and timeouts;
- *     every hook and handler: CGI, mod_php, mod_perl, mod_proxy, logging).
+ *   - Under the event MPM, what the MPM polls for this listener is an epoll set of that
+ *     socket and an eventfd counting this child's queue; the accept function takes a
+ *     connection from the queue, refilling it from the socket with a whole message only
+ *     when it is empty (a busy child, whose MPM stops accepting, leaves the next messages
+ *     to the other children). Under prefork and worker the MPM polls the socket itself,
+ *     and the child whose turn it is takes one connection of the next message and sends
+ *     the rest back to the socket for the next child.
+ *   - The MPM then runs the connection like any connection it accepted (event: its async
+ *     keep-alive and timeouts; every hook and handler: CGI, mod_php, mod_perl,
+ *     mod_proxy, logging).
  *   - A pre_connection hook replays the prefix through a connection input filter before
- *     the socket is read. The peer address of the connection is the client ramjet saw
- *     (after a PROXY protocol header in front of ramjet, the original client).
+ *     the socket is read, and sets the client address from the record (after a PROXY
+ *     protocol header in front of ramjet, the original client).
  *
  * httpd 2.4's Unix MPMs set every listener's accept_func to ap_unixd_accept when a child
- * starts, after the child_init hooks. The receiver thread therefore waits until the MPM
- * has done so and then puts this module's accept function in place; the eventfd is never
- * readable before that, so the MPM never calls accept() on it.
+ * starts, after the child_init hooks. A thread started in child_init therefore waits
+ * until the MPM has done so and then puts this module's accept function in place; until
+ * then the listener is marked inactive in the child, so the MPM's own accept() failing
+ * on it is not taken for a fault.
  *
  * Backpressure: when no child reads, the socket's queue fills (net.unix.max_dgram_qlen
- * messages), ramjet's non-blocking send fails and ramjet answers 503. Connections still
+ * messages) and ramjet's non-blocking send fails; ramjet tries again for up to its
+ * `[timeouts] handoff`, then answers 503. Connections still
  * in a child's queue when it stops get a 503 and are closed.
  */
 
@@ -65,6 +69,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/eventfd.h>
+#include <sys/epoll.h>
 #include <sys/un.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -114,14 +119,17 @@ static pid_t bound_by;
 static ap_listen_rec *handoff_lr;
 
 /* Per-child state (after fork each child has its own copy). */
-static apr_thread_mutex_t *queue_lock;
-static apr_thread_cond_t *queue_room;
+/* Event MPM: connections of the last message not yet taken, and an eventfd (semaphore)
+ * counting them, polled with the shared socket. Used by the listener thread only. */
 static handed_t queue[QUEUE_SLOTS];
 static int queue_head, queue_len;
-static int ready_fd = -1; /* eventfd (semaphore): one count per queued connection */
+/* prefork/worker: connections of the last message this child could not pass on. */
+static handed_t spare[RJH_MAX_BATCH];
+static int spare_at, spare_len;
+static int ready_fd = -1;
 static struct sockaddr_un self_addr; /* the socket's path, for passing connections on */
 static volatile int stopping;
-static apr_thread_t *receiver_thread;
+static apr_thread_t *receiver_thread; /* puts the accept function in place */
 static ap_filter_rec_t *prefix_filter_handle;
 
 static const char busy_reply[] =
@@ -553,30 +561,45 @@ static apr_status_t accepted_socket(handed_t *h, apr_pool_t *ptrans, void **acce
     return APR_SUCCESS;
 }
 
-/* ---- an async MPM (event): a receiver thread per child, an eventfd for the MPM ---- */
+/* ---- an async MPM (event): the listener polls the socket and this child's queue ---- */
 
-/* The accept function: one connection from the child's queue. */
+/* The accept function, on the MPM's listener thread (its only caller in a child): one
+ * connection from this child's queue, which is refilled with a whole message from the
+ * shared socket only when it is empty. A child whose MPM has stopped accepting (busy)
+ * does not call it, so it takes no message, and the other children do. */
 static apr_status_t handoff_accept(void **accepted, ap_listen_rec *lr, apr_pool_t *ptrans)
 {
     apr_uint64_t one;
     handed_t h;
 
     *accepted = NULL;
-    if (read(ready_fd, &one, sizeof(one)) != sizeof(one)) {
-        return APR_EAGAIN;
-    }
-    apr_thread_mutex_lock(queue_lock);
     if (queue_len == 0) {
-        apr_thread_mutex_unlock(queue_lock);
+        handed_t batch[RJH_MAX_BATCH];
+        int count = receive(ap_server_conf, batch), i;
+        apr_uint64_t n;
+        ssize_t w;
+        if (count == 0) {
+            return APR_EAGAIN;
+        }
+        for (i = 0; i < count; i++) {
+            queue[(queue_head + queue_len) % QUEUE_SLOTS] = batch[i];
+            queue_len++;
+        }
+        n = (apr_uint64_t)count;
+        w = write(ready_fd, &n, sizeof(n));
+        (void)w;
+    }
+    if (read(ready_fd, &one, sizeof(one)) != sizeof(one) || queue_len == 0) {
         return APR_EAGAIN;
     }
     h = queue[queue_head];
     queue_head = (queue_head + 1) % QUEUE_SLOTS;
     queue_len--;
-    apr_thread_cond_signal(queue_room);
-    apr_thread_mutex_unlock(queue_lock);
     return accepted_socket(&h, ptrans, accepted);
 }
+
+static apr_status_t handoff_accept_one(void **accepted, ap_listen_rec *lr,
+                                       apr_pool_t *ptrans);
 
 /* Wait until the MPM has set the listener's accept_func (it does when a child starts,
  * after child_init), then put `fn` in its place. */
@@ -592,83 +615,35 @@ static void take_over_accept(accept_function fn)
     __atomic_store_n(&handoff_lr->accept_func, fn, __ATOMIC_RELEASE);
 }
 
-static void *APR_THREAD_FUNC receiver_main(apr_thread_t *thd, void *data)
+static void *APR_THREAD_FUNC take_over_main(apr_thread_t *thd, void *data)
 {
-    server_rec *s = data;
-    handed_t batch[RJH_MAX_BATCH];
-    struct pollfd pfd;
-
-    /* The eventfd stays unreadable until the module's accept function is in place. */
-    take_over_accept(handoff_accept);
-    pfd.fd = listen_fd;
-    pfd.events = POLLIN;
-    while (!stopping) {
-        int state = AP_MPMQ_RUNNING, count, i;
-        apr_uint64_t n;
-        ssize_t w;
-        if (ap_mpm_query(AP_MPMQ_MPM_STATE, &state) == APR_SUCCESS
-            && state == AP_MPMQ_STOPPING) {
-            /* This child is going: the other children (or the next generation's, at
-             * the same path) take the next messages. */
-            break;
-        }
-        /* Take a message only when the MPM has taken every connection of the last one:
-         * a child that is busy (its MPM stops accepting) leaves the next messages to
-         * the other children, as with a shared listening socket. */
-        apr_thread_mutex_lock(queue_lock);
-        while (!stopping && queue_len > 0) {
-            apr_thread_cond_timedwait(queue_room, queue_lock, apr_time_from_msec(200));
-        }
-        apr_thread_mutex_unlock(queue_lock);
-        pfd.revents = 0;
-        if (stopping || poll(&pfd, 1, 200) <= 0) {
-            continue;
-        }
-        count = receive(s, batch);
-        if (count == 0) {
-            continue;
-        }
-        apr_thread_mutex_lock(queue_lock);
-        for (i = 0; i < count; i++) {
-            queue[(queue_head + queue_len) % QUEUE_SLOTS] = batch[i];
-            queue_len++;
-        }
-        apr_thread_mutex_unlock(queue_lock);
-        /* The MPM's listener sees the eventfd readable and calls the accept function
-         * once per count. */
-        n = (apr_uint64_t)count;
-        w = write(ready_fd, &n, sizeof(n));
-        (void)w;
-    }
+    int async = 0;
+    ap_mpm_query(AP_MPMQ_IS_ASYNC, &async);
+    take_over_accept(async ? handoff_accept : handoff_accept_one);
     return NULL;
 }
 
-/* When the child goes: stop receiving and refuse what is still queued (the MPM has
- * stopped calling the accept function). A pre-cleanup, so it runs before the child's
- * subpools go. */
-static apr_status_t stop_receiver(void *data)
+/* When the child goes: connections still in its queue get a 503. A pre-cleanup, so it
+ * runs before the child's subpools go; the MPM's threads have ended by then. */
+static apr_status_t stop_child(void *data)
 {
     apr_status_t rv;
-    apr_thread_mutex_lock(queue_lock);
     stopping = 1;
-    apr_thread_cond_broadcast(queue_room);
-    apr_thread_mutex_unlock(queue_lock);
     apr_thread_join(&rv, receiver_thread);
-    apr_thread_mutex_lock(queue_lock);
     while (queue_len > 0) {
         refuse(&queue[queue_head]);
         queue_head = (queue_head + 1) % QUEUE_SLOTS;
         queue_len--;
     }
-    apr_thread_mutex_unlock(queue_lock);
+    while (spare_len > 0) {
+        refuse(&spare[spare_at++]);
+        spare_len--;
+    }
     return APR_SUCCESS;
 }
 
 /* ---- a sync MPM (prefork, worker): children take turns on the shared socket ---- */
 
-/* Connections of the last message this child read that it could not pass on. */
-static handed_t spare[RJH_MAX_BATCH];
-static int spare_at, spare_len;
 
 /* The accept function: prefork and worker call it when this child may take one
  * connection (they serialise children with the accept mutex). It takes one connection
@@ -692,24 +667,6 @@ static apr_status_t handoff_accept_one(void **accepted, ap_listen_rec *lr, apr_p
     return accepted_socket(&h, ptrans, accepted);
 }
 
-static void *APR_THREAD_FUNC take_over_main(apr_thread_t *thd, void *data)
-{
-    take_over_accept(handoff_accept_one);
-    return NULL;
-}
-
-static apr_status_t stop_take_over(void *data)
-{
-    apr_status_t rv;
-    stopping = 1;
-    apr_thread_join(&rv, receiver_thread);
-    while (spare_len > 0) {
-        refuse(&spare[spare_at++]);
-        spare_len--;
-    }
-    return APR_SUCCESS;
-}
-
 /* ---- the child ---- */
 
 static void handoff_child_init(apr_pool_t *pchild, server_rec *s)
@@ -724,36 +681,33 @@ static void handoff_child_init(apr_pool_t *pchild, server_rec *s)
     self_addr.sun_family = AF_UNIX;
     strcpy(self_addr.sun_path, conf->socket_path);
     /* The MPM sets it after this hook; the thread that puts the module's in place waits
-     * to see that happen (the value inherited from the parent may already be the MPM's). */
+     * to see that happen (the value inherited from the parent may already be the MPM's).
+     * Until then the MPM's own accept() fails on the listener; it is marked inactive in
+     * the child so that this is not taken for a fault (which would end the child).
+     * Nothing else in the child reads the flag. */
     __atomic_store_n(&handoff_lr->accept_func, NULL, __ATOMIC_RELEASE);
+    handoff_lr->active = 0;
     ap_mpm_query(AP_MPMQ_IS_ASYNC, &async);
-    if (!async) {
-        /* The MPM polls the shared socket itself. Until the module's accept function is
-         * in place the MPM's own accept() fails on it; the listener is marked inactive
-         * in the child so that this is not taken for a fault (which would end the
-         * child). Nothing else in the child reads the flag. */
-        handoff_lr->active = 0;
-        if (ap_thread_create(&receiver_thread, NULL, take_over_main, s, pchild)) {
-            ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s, "ramjet_handoff: cannot start a thread");
+    if (async) {
+        /* What the MPM polls for this listener: an epoll set of the shared socket and
+         * the eventfd counting this child's queue, readable while either has some. */
+        struct epoll_event ev;
+        int ep = epoll_create1(EPOLL_CLOEXEC);
+        ready_fd = eventfd(0, EFD_SEMAPHORE | EFD_NONBLOCK | EFD_CLOEXEC);
+        memset(&ev, 0, sizeof(ev));
+        ev.events = EPOLLIN;
+        if (ep < 0 || ready_fd < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, listen_fd, &ev) < 0
+            || epoll_ctl(ep, EPOLL_CTL_ADD, ready_fd, &ev) < 0) {
+            ap_log_error(APLOG_MARK, APLOG_CRIT, errno, s, "ramjet_handoff: epoll set");
             return;
         }
-        apr_pool_pre_cleanup_register(pchild, NULL, stop_take_over);
+        apr_os_sock_put(&handoff_lr->sd, &ep, pchild);
+    }
+    if (ap_thread_create(&receiver_thread, NULL, take_over_main, s, pchild)) {
+        ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s, "ramjet_handoff: cannot start a thread");
         return;
     }
-    ready_fd = eventfd(0, EFD_SEMAPHORE | EFD_NONBLOCK | EFD_CLOEXEC);
-    if (ready_fd < 0
-        || apr_thread_mutex_create(&queue_lock, APR_THREAD_MUTEX_DEFAULT, pchild)
-        || apr_thread_cond_create(&queue_room, pchild)) {
-        ap_log_error(APLOG_MARK, APLOG_CRIT, errno, s, "ramjet_handoff: cannot create the queue");
-        return;
-    }
-    /* The MPM polls this listener's socket: in a child that is the eventfd. */
-    apr_os_sock_put(&handoff_lr->sd, &ready_fd, pchild);
-    if (ap_thread_create(&receiver_thread, NULL, receiver_main, s, pchild)) {
-        ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s, "ramjet_handoff: cannot start the receiver");
-        return;
-    }
-    apr_pool_pre_cleanup_register(pchild, NULL, stop_receiver);
+    apr_pool_pre_cleanup_register(pchild, NULL, stop_child);
 }
 
 /* ---- the prefix: bytes ramjet read, replayed before the socket ---- */
@@ -809,23 +763,34 @@ static int handoff_pre_connection(conn_rec *c, void *csd)
     ctx = data;
     {
         /* The client ramjet saw: after a PROXY protocol header in front of ramjet, the
-         * original client, which the socket's own peer address is not. */
+         * original client, which the socket's own peer address is not. Built in place:
+         * apr_sockaddr_info_get would call getaddrinfo, whose address-configuration
+         * check costs a netlink dump per connection. */
         char ip[INET6_ADDRSTRLEN];
-        apr_port_t port;
-        apr_sockaddr_t *sa;
+        apr_sockaddr_t *sa = apr_pcalloc(c->pool, sizeof(*sa));
         const void *bytes;
+        sa->pool = c->pool;
         if (ctx->client.ss_family == AF_INET) {
-            struct sockaddr_in *sin = (struct sockaddr_in *)&ctx->client;
-            bytes = &sin->sin_addr;
-            port = ntohs(sin->sin_port);
+            memcpy(&sa->sa.sin, &ctx->client, sizeof(struct sockaddr_in));
+            sa->family = APR_INET;
+            sa->port = ntohs(sa->sa.sin.sin_port);
+            sa->salen = sizeof(struct sockaddr_in);
+            sa->ipaddr_len = sizeof(struct in_addr);
+            sa->addr_str_len = 16;
+            sa->ipaddr_ptr = &sa->sa.sin.sin_addr;
+            bytes = &sa->sa.sin.sin_addr;
         }
         else {
-            struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ctx->client;
-            bytes = &sin6->sin6_addr;
-            port = ntohs(sin6->sin6_port);
+            memcpy(&sa->sa.sin6, &ctx->client, sizeof(struct sockaddr_in6));
+            sa->family = APR_INET6;
+            sa->port = ntohs(sa->sa.sin6.sin6_port);
+            sa->salen = sizeof(struct sockaddr_in6);
+            sa->ipaddr_len = sizeof(struct in6_addr);
+            sa->addr_str_len = 46;
+            sa->ipaddr_ptr = &sa->sa.sin6.sin6_addr;
+            bytes = &sa->sa.sin6.sin6_addr;
         }
-        if (inet_ntop(ctx->client.ss_family, bytes, ip, sizeof(ip))
-            && apr_sockaddr_info_get(&sa, ip, APR_UNSPEC, port, 0, c->pool) == APR_SUCCESS) {
+        if (inet_ntop(ctx->client.ss_family, bytes, ip, sizeof(ip))) {
             c->client_addr = sa;
             c->client_ip = apr_pstrdup(c->pool, ip);
         }
