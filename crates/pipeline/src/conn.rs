@@ -141,7 +141,7 @@ pub(crate) struct Start {
     pub(crate) resumed: bool,
     /// Bytes read before this process had the connection (an upgrade's hand-over); boxed,
     /// as every connection's future holds this.
-    pub(crate) prefix: Option<Box<Vec<u8>>>,
+    pub(crate) prefix: Option<Box<[u8]>>,
 }
 
 /// What a connection that went idle for a while leaves to be parked: its socket, the
@@ -162,7 +162,7 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
         stream,
         peer,
         listener,
-        buf: prefix.map_or_else(Vec::new, |p| *p),
+        buf: prefix.map_or_else(Vec::new, Vec::from),
         start: 0,
         out: Outbox::default(),
         pending: Vec::new(),
@@ -808,9 +808,9 @@ impl Conn {
         if !self.flush(w).await {
             return;
         }
-        use std::os::fd::AsFd;
-        let fd = match ramjet_runtime::sys::duplicate(self.stream.as_fd()) {
-            Ok(fd) => fd,
+        let queued_at = Instant::now();
+        let fate = match self.send_to(w, socket.clone(), true).await {
+            Ok(fate) => fate,
             Err(e) => {
                 tracing::warn!("{}: hand-off: {e}; answered 503", self.peer);
                 w.stats.handoff_refused.add(1);
@@ -819,51 +819,7 @@ impl Conn {
                 return self.close().await;
             }
         };
-        let record = ramjet_handoff::Record {
-            id: w.handoffs.next_id(),
-            listener: self.listener,
-            client: self.peer,
-            local: w.listener(self.listener),
-            prefix: self.buf[self.start..].to_vec(),
-        };
-        tracing::debug!(
-            "{}: connection {} to {}",
-            self.peer,
-            record.id,
-            socket.display()
-        );
-        let queued_at = Instant::now();
-        let fate = w.handoffs.queue(
-            socket.clone(),
-            fd,
-            record,
-            (queued_at + self.generation.config.timeouts.handoff).into_std(),
-            true,
-        );
-        tokio::task::yield_now().await;
-        loop {
-            let done = w.handoffs.flush(
-                self.generation.config.limits.handoff_batch,
-                std::time::Instant::now(),
-            );
-            w.stats.handoff_connections.add(done.connections as u64);
-            w.stats.handoff_messages.add(done.messages as u64);
-            w.stats.handoff_refused.add(done.refused as u64);
-            if done.messages > 0 {
-                tracing::debug!(
-                    "handed {} connection(s) in {} message(s)",
-                    done.connections,
-                    done.messages
-                );
-            }
-            if fate.get() != crate::handoff::Fate::Queued {
-                break;
-            }
-            // The backend's queue was full: try again shortly (another waiting task may
-            // send this one first), until the deadline answers it 503.
-            tokio::time::sleep(crate::handoff::RETRY).await;
-        }
-        logged.status = if fate.get() == crate::handoff::Fate::Went {
+        logged.status = if fate == crate::handoff::Fate::Went {
             200
         } else {
             503
@@ -884,10 +840,24 @@ impl Conn {
     /// If the new process cannot take it, the connection is closed (as an idle keep-alive
     /// connection may be at any time; the client sends its next request again).
     async fn hand_over<C: Content>(&mut self, w: &HttpWorker<C>, to: Arc<std::path::PathBuf>) {
+        let _ = self.send_to(w, to, false).await;
+    }
+
+    /// Queue a duplicate of this connection's descriptor for the hand-off socket `socket`,
+    /// with every byte read from `self.start` on and the client's address; after one
+    /// yield (so the other connections of this event-loop turn queue theirs) send the
+    /// queue in batches, and while the backend is full try again every `RETRY` until
+    /// `[timeouts] handoff` is up. Whichever task gets there first sends every queued
+    /// connection. A connection the backend does not take gets a 503 with `answer`, else
+    /// only a close (`handoff::Handoffs::flush`).
+    async fn send_to<C: Content>(
+        &self,
+        w: &HttpWorker<C>,
+        socket: Arc<std::path::PathBuf>,
+        answer: bool,
+    ) -> std::io::Result<crate::handoff::Fate> {
         use std::os::fd::AsFd;
-        let Ok(fd) = ramjet_runtime::sys::duplicate(self.stream.as_fd()) else {
-            return;
-        };
+        let fd = ramjet_runtime::sys::duplicate(self.stream.as_fd())?;
         let record = ramjet_handoff::Record {
             id: w.handoffs.next_id(),
             listener: self.listener,
@@ -895,8 +865,16 @@ impl Conn {
             local: w.listener(self.listener),
             prefix: self.buf[self.start..].to_vec(),
         };
+        tracing::debug!(
+            "{}: connection {} to {}",
+            self.peer,
+            record.id,
+            socket.display()
+        );
         let deadline = Instant::now() + self.generation.config.timeouts.handoff;
-        let fate = w.handoffs.queue(to, fd, record, deadline.into_std(), false);
+        let fate = w
+            .handoffs
+            .queue(socket, fd, record, deadline.into_std(), answer);
         tokio::task::yield_now().await;
         loop {
             let done = w.handoffs.flush(
@@ -905,8 +883,16 @@ impl Conn {
             );
             w.stats.handoff_connections.add(done.connections as u64);
             w.stats.handoff_messages.add(done.messages as u64);
+            w.stats.handoff_refused.add(done.refused as u64);
+            if done.messages > 0 {
+                tracing::debug!(
+                    "handed {} connection(s) in {} message(s)",
+                    done.connections,
+                    done.messages
+                );
+            }
             if fate.get() != crate::handoff::Fate::Queued {
-                return;
+                return Ok(fate.get());
             }
             tokio::time::sleep(crate::handoff::RETRY).await;
         }

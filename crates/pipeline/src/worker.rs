@@ -91,6 +91,24 @@ impl<C: Content> HttpWorker<C> {
         }
     }
 
+    /// A new connection from `peer` is open: counted until the guard drops, and for its
+    /// client address when `limits.max_connections_per_client` is set.
+    fn enter(&self, peer: SocketAddr) -> (OpenGuard<'_>, Option<ClientConnection>) {
+        self.open.set(self.open.get() + 1);
+        self.stats.open.add(1);
+        let guard = OpenGuard(&self.open, self.stats);
+        let per_client = self
+            .current
+            .borrow()
+            .config
+            .limits
+            .max_connections_per_client;
+        (
+            guard,
+            per_client.map(|max| ClientConnection::enter(peer, max)),
+        )
+    }
+
     /// Stopping for an upgrade: the hand-off socket of the new process.
     pub(crate) fn hand_to(&self) -> Option<Arc<std::path::PathBuf>> {
         self.hand_to.borrow().clone()
@@ -290,17 +308,8 @@ impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
         if self.open.get() >= max || self.stopping.get() {
             return;
         }
-        self.open.set(self.open.get() + 1);
         self.stats.accepted.add(1);
-        self.stats.open.add(1);
-        let _guard = OpenGuard(&self.open, self.stats);
-        let per_client = self
-            .current
-            .borrow()
-            .config
-            .limits
-            .max_connections_per_client;
-        let client = per_client.map(|max| ClientConnection::enter(peer, max));
+        let (_guard, client) = self.enter(peer);
         let refuse = client.as_ref().is_some_and(|c| c.over);
         let start = crate::conn::Start {
             stream,
@@ -325,16 +334,7 @@ impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
         if self.stopping.get() {
             return;
         }
-        self.open.set(self.open.get() + 1);
-        self.stats.open.add(1);
-        let _guard = OpenGuard(&self.open, self.stats);
-        let per_client = self
-            .current
-            .borrow()
-            .config
-            .limits
-            .max_connections_per_client;
-        let client = per_client.map(|max| ClientConnection::enter(peer, max));
+        let (_guard, client) = self.enter(peer);
         let start = crate::conn::Start {
             stream,
             peer,
@@ -343,7 +343,7 @@ impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
             // Between requests, as a parked connection is: its PROXY header (if any) was
             // read by the process that accepted it.
             resumed: true,
-            prefix: (!prefix.is_empty()).then(|| Box::new(prefix)),
+            prefix: (!prefix.is_empty()).then(|| prefix.into_boxed_slice()),
         };
         if let Some(rest) = crate::conn::run(&self, start).await {
             self.park(rest, client);
