@@ -122,6 +122,9 @@ enum State {
     /// Idle between requests for `park::PARK_AFTER`: the task ends and the socket waits in
     /// the worker's parking lot until it is readable or this deadline passes.
     Parking(Instant),
+    /// Idle while the worker stops for an upgrade: the connection goes to the new process
+    /// (`run` sends it, outside `serve`, whose future every connection holds).
+    HandingOver,
 }
 
 impl State {
@@ -139,9 +142,6 @@ pub(crate) struct Start {
     pub(crate) refuse: bool,
     /// Back from the parking lot: idle between requests, its PROXY header long read.
     pub(crate) resumed: bool,
-    /// Bytes read before this process had the connection (an upgrade's hand-over); boxed,
-    /// as every connection's future holds this.
-    pub(crate) prefix: Option<Box<[u8]>>,
 }
 
 /// What a connection that went idle for a while leaves to be parked: its socket, the
@@ -156,13 +156,12 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
         listener,
         refuse,
         resumed,
-        prefix,
     } = start;
     let mut conn = Conn {
+        buf: Vec::new(),
         stream,
         peer,
         listener,
-        buf: prefix.map_or_else(Vec::new, Vec::from),
         start: 0,
         out: Outbox::default(),
         pending: Vec::new(),
@@ -173,6 +172,11 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
         refuse,
         throttle: None,
     };
+    if resumed {
+        // Bytes another process read before handing the connection over (an upgrade):
+        // kept by the worker, not in `Start`, which every connection's future holds.
+        conn.take_handed_prefix(w);
+    }
     if !resumed
         && w.listen_entry(listener)
             .is_some_and(|e| conn.generation.config.expects_proxy_header(e))
@@ -182,6 +186,11 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
         return None;
     }
     conn.serve(w).await;
+    if conn.state == State::HandingOver {
+        if let Some(to) = w.hand_to() {
+            Box::pin(conn.hand_over(w, to)).await;
+        }
+    }
     conn.release(w);
     match conn.state {
         State::Parking(deadline) => Some((conn.stream, conn.peer, conn.listener, deadline)),
@@ -190,6 +199,10 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
 }
 
 impl Conn {
+    fn take_handed_prefix<C: Content>(&mut self, w: &HttpWorker<C>) {
+        self.buf = w.take_handed_prefix(&self.stream);
+    }
+
     async fn serve<C: Content>(&mut self, w: &HttpWorker<C>) {
         // A local handle on the configuration (not `self.generation`), so that borrowing it
         // does not conflict with `&mut self` calls; refreshed only when a reload happened.
@@ -214,8 +227,8 @@ impl Conn {
                         return;
                     }
                     ReadOutcome::Shutdown => {
-                        if let Some(to) = w.hand_to() {
-                            return Box::pin(self.hand_over(w, to)).await;
+                        if w.handing_over() {
+                            self.state = State::HandingOver;
                         }
                         return;
                     }
@@ -1142,7 +1155,6 @@ mod state_size {
                 listener: 0,
                 refuse: false,
                 resumed: false,
-                prefix: None,
             };
             let future = super::run(&worker, start);
             let size = std::mem::size_of_val(&future);

@@ -51,6 +51,9 @@ pub struct HttpWorker<C: Content> {
     pub(crate) stopping: Cell<bool>,
     /// Set with `stopping` for an upgrade: where idle connections go.
     hand_to: RefCell<Option<Arc<std::path::PathBuf>>>,
+    /// Bytes read by the process that handed a connection over, by its descriptor, until
+    /// its connection takes them (`conn::run`).
+    handed_prefixes: RefCell<Vec<(std::os::fd::RawFd, Vec<u8>)>>,
     pub(crate) shutdown: Notify,
     buffers: RefCell<Vec<Vec<u8>>>,
     batches: RefCell<Vec<(Outbox, Vec<Pending>)>>,
@@ -84,6 +87,7 @@ impl<C: Content> HttpWorker<C> {
             open: Cell::new(0),
             stopping: Cell::new(false),
             hand_to: RefCell::new(None),
+            handed_prefixes: RefCell::new(Vec::new()),
             shutdown: Notify::new(),
             buffers: RefCell::new(Vec::new()),
             batches: RefCell::new(Vec::new()),
@@ -107,6 +111,20 @@ impl<C: Content> HttpWorker<C> {
             guard,
             per_client.map(|max| ClientConnection::enter(peer, max)),
         )
+    }
+
+    /// The bytes read before a handed-over connection came here, if any (taken once).
+    pub(crate) fn take_handed_prefix(&self, stream: &TcpStream) -> Vec<u8> {
+        let mut all = self.handed_prefixes.borrow_mut();
+        if all.is_empty() {
+            return Vec::new();
+        }
+        use std::os::fd::AsRawFd;
+        let fd = stream.as_raw_fd();
+        match all.iter().position(|(f, _)| *f == fd) {
+            Some(at) => all.swap_remove(at).1,
+            None => Vec::new(),
+        }
     }
 
     /// Stopping for an upgrade: the hand-off socket of the new process.
@@ -279,7 +297,6 @@ impl<C: Content> HttpWorker<C> {
             listener,
             refuse: client.as_ref().is_some_and(|c| c.over),
             resumed: true,
-            prefix: None,
         };
         if let Some(rest) = crate::conn::run(&self, start).await {
             self.park(rest, client);
@@ -317,7 +334,6 @@ impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
             listener: listener as u16,
             refuse,
             resumed: false,
-            prefix: None,
         };
         if let Some(rest) = crate::conn::run(&self, start).await {
             self.park(rest, client);
@@ -335,6 +351,12 @@ impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
             return;
         }
         let (_guard, client) = self.enter(peer);
+        if !prefix.is_empty() {
+            use std::os::fd::AsRawFd;
+            self.handed_prefixes
+                .borrow_mut()
+                .push((stream.as_raw_fd(), prefix));
+        }
         let start = crate::conn::Start {
             stream,
             peer,
@@ -343,7 +365,6 @@ impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
             // Between requests, as a parked connection is: its PROXY header (if any) was
             // read by the process that accepted it.
             resumed: true,
-            prefix: (!prefix.is_empty()).then(|| prefix.into_boxed_slice()),
         };
         if let Some(rest) = crate::conn::run(&self, start).await {
             self.park(rest, client);
