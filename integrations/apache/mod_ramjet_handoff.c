@@ -574,22 +574,25 @@ static apr_status_t handoff_accept(void **accepted, ap_listen_rec *lr, apr_pool_
 
     *accepted = NULL;
     if (queue_len == 0) {
+        /* A new message: the first connection is taken now, the eventfd counts the
+         * rest for the next calls. */
         handed_t batch[RJH_MAX_BATCH];
         int count = receive(ap_server_conf, batch), i;
-        apr_uint64_t n;
-        ssize_t w;
         if (count == 0) {
             return APR_EAGAIN;
         }
-        for (i = 0; i < count; i++) {
+        for (i = 1; i < count; i++) {
             queue[(queue_head + queue_len) % QUEUE_SLOTS] = batch[i];
             queue_len++;
         }
-        n = (apr_uint64_t)count;
-        w = write(ready_fd, &n, sizeof(n));
-        (void)w;
+        if (count > 1) {
+            apr_uint64_t n = (apr_uint64_t)(count - 1);
+            ssize_t w = write(ready_fd, &n, sizeof(n));
+            (void)w;
+        }
+        return accepted_socket(&batch[0], ptrans, accepted);
     }
-    if (read(ready_fd, &one, sizeof(one)) != sizeof(one) || queue_len == 0) {
+    if (read(ready_fd, &one, sizeof(one)) != sizeof(one)) {
         return APR_EAGAIN;
     }
     h = queue[queue_head];

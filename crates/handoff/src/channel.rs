@@ -80,7 +80,9 @@ impl Sender {
                 "a hand-off record larger than one message",
             ));
         }
-        let mut bytes = Vec::with_capacity(MAX_MESSAGE.min(64 * 1024));
+        let mut bytes = Vec::with_capacity(
+            wire::HEADER + records[..n].iter().map(|r| r.encoded_len()).sum::<usize>(),
+        );
         wire::encode(&records[..n], &mut bytes);
         let fds: Vec<BorrowedFd<'_>> = batch[..n].iter().map(|(fd, _)| *fd).collect();
         let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(n))];

@@ -19,7 +19,7 @@ pub const MAGIC: &[u8; 4] = b"RJH1";
 pub const MAX_MESSAGE: usize = 128 * 1024;
 /// Most connections (descriptors) in one message (the kernel allows 253).
 pub const MAX_BATCH: usize = 64;
-const HEADER: usize = 8;
+pub(crate) const HEADER: usize = 8;
 const ADDR: usize = 1 + 16 + 2;
 /// Bytes of a record besides its prefix.
 pub const RECORD_FIXED: usize = 8 + 2 + ADDR + ADDR + 4;

@@ -187,8 +187,12 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
     }
     conn.serve(w).await;
     if conn.state == State::HandingOver {
+        // An upgrade: this idle connection goes to the new process, with whatever was
+        // read and not answered. Not a request of its own: no log line. If the new
+        // process cannot take it, it is closed (as an idle keep-alive connection may be
+        // at any time; the client sends its next request again).
         if let Some(to) = w.hand_to() {
-            Box::pin(conn.hand_over(w, to)).await;
+            let _ = Box::pin(conn.send_to(w, to, false)).await;
         }
     }
     conn.release(w);
@@ -846,14 +850,6 @@ impl Conn {
         self.out.body_written.clear();
         self.pending.push(*logged);
         self.log(w);
-    }
-
-    /// An upgrade: this idle connection goes to the new process's hand-off socket `to`,
-    /// with whatever was read and not answered. Not a request of its own: no log line.
-    /// If the new process cannot take it, the connection is closed (as an idle keep-alive
-    /// connection may be at any time; the client sends its next request again).
-    async fn hand_over<C: Content>(&mut self, w: &HttpWorker<C>, to: Arc<std::path::PathBuf>) {
-        let _ = self.send_to(w, to, false).await;
     }
 
     /// Queue a duplicate of this connection's descriptor for the hand-off socket `socket`,

@@ -19,7 +19,8 @@ use ramjet_handoff::{Record, Sender};
 const UNAVAILABLE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 33\r\nRetry-After: 1\r\nConnection: close\r\n\r\nThe backend is not available now.";
 
 /// How often a connection waiting for a backend whose queue is full tries again (the
-/// waiting costs the worker nothing: it is a timer in the connection's task).
+/// waiting costs the worker nothing: it is a timer in the connection's task). However
+/// many connections wait, a backend found full is tried again at most this often.
 pub(crate) const RETRY: Duration = Duration::from_millis(2);
 
 /// What became of a queued connection.
@@ -36,9 +37,17 @@ pub(crate) enum Fate {
 /// A worker's hand-off state: connections to backends, and the connections waiting to be
 /// sent at the end of this turn.
 pub(crate) struct Handoffs {
-    senders: RefCell<Vec<(Arc<PathBuf>, Sender)>>,
+    senders: RefCell<Vec<Backend>>,
     queue: RefCell<Vec<Queued>>,
     next_id: Cell<u64>,
+}
+
+/// A backend this worker sends to.
+struct Backend {
+    socket: Arc<PathBuf>,
+    sender: Sender,
+    /// When its queue was last found full.
+    full_at: Option<Instant>,
 }
 
 struct Queued {
@@ -118,7 +127,12 @@ impl Handoffs {
             let (mine, rest): (Vec<Queued>, Vec<Queued>) =
                 queue.into_iter().partition(|q| q.socket == socket);
             queue = rest;
-            let (sent, messages, failure) = self.send_all(&socket, &mine, max_batch);
+            let (sent, messages, failure) = if self.full_within_retry(&socket, now) {
+                // Every waiting connection's task flushes; one try per RETRY does.
+                (0, 0, Some(std::io::ErrorKind::WouldBlock.into()))
+            } else {
+                self.send_all(&socket, &mine, max_batch, now)
+            };
             for q in &mine[..sent] {
                 q.fate.set(Fate::Went);
             }
@@ -153,21 +167,36 @@ impl Handoffs {
         done
     }
 
+    /// Whether `socket`'s backend was found full less than [`RETRY`] before `now`.
+    fn full_within_retry(&self, socket: &Arc<PathBuf>, now: Instant) -> bool {
+        self.senders
+            .borrow()
+            .iter()
+            .find(|b| b.socket == *socket)
+            .and_then(|b| b.full_at)
+            .is_some_and(|t| now < t + RETRY)
+    }
+
     /// Send `items` to `socket`'s backend from the first: (sent, messages, why it stopped).
     fn send_all(
         &self,
         socket: &Arc<PathBuf>,
         items: &[Queued],
         max_batch: usize,
+        now: Instant,
     ) -> (usize, usize, Option<std::io::Error>) {
         let mut senders = self.senders.borrow_mut();
         let (mut sent, mut messages, mut reconnected) = (0, 0, false);
         while sent < items.len() {
-            let at = match senders.iter().position(|(p, _)| p == socket) {
+            let at = match senders.iter().position(|b| b.socket == *socket) {
                 Some(at) => at,
                 None => match Sender::connect(socket) {
                     Ok(s) => {
-                        senders.push((socket.clone(), s));
+                        senders.push(Backend {
+                            socket: socket.clone(),
+                            sender: s,
+                            full_at: None,
+                        });
                         senders.len() - 1
                     }
                     Err(e) => return (sent, messages, Some(e)),
@@ -178,10 +207,15 @@ impl Handoffs {
                 .take(max_batch.max(1))
                 .map(|q| (q.fd.as_fd(), &q.record))
                 .collect();
-            match senders[at].1.try_send(&batch) {
+            match senders[at].sender.try_send(&batch) {
                 Ok(n) => {
                     sent += n;
                     messages += 1;
+                    senders[at].full_at = None;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    senders[at].full_at = Some(now);
+                    return (sent, messages, Some(e));
                 }
                 // The backend closed this channel, or its datagram socket went (a
                 // restart): connect again, once.

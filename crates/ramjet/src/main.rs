@@ -182,7 +182,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             "upgrade: took over {} listening socket(s) from the old process",
             passed.len()
         );
-        ramjet_runtime::inherit(
+        ramjet_runtime::adopt(
             passed,
             &resolved.listen,
             resolved.workers,

@@ -8,7 +8,7 @@
 //! is ready in time, changes nothing: the old one goes on serving.
 
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -101,24 +101,13 @@ pub fn start_new(exe: &Path, listeners: &[TcpListener], attempt: u32) -> anyhow:
 
 /// One byte on the pipe: ready. End of file: the new process ended (or gave up) first.
 fn wait_ready(read: OwnedFd, child: &mut Child) -> anyhow::Result<()> {
-    let deadline = Instant::now() + READY_TIMEOUT;
-    let mut pipe = File::from(read);
-    let waiter = std::thread::spawn(move || {
-        let mut byte = [0u8; 1];
-        pipe.read(&mut byte)
-    });
-    while !waiter.is_finished() {
-        if Instant::now() >= deadline {
-            anyhow::bail!(
-                "process {} did not start serving within {READY_TIMEOUT:?}",
-                child.id()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    match waiter.join() {
-        Ok(Ok(1)) => Ok(()),
-        _ => {
+    match sys::wait_ready(&read, READY_TIMEOUT)? {
+        sys::Readiness::Ready => Ok(()),
+        sys::Readiness::TimedOut => anyhow::bail!(
+            "process {} did not start serving within {READY_TIMEOUT:?}",
+            child.id()
+        ),
+        sys::Readiness::Ended => {
             // Give it a moment to be reaped, for its exit status.
             let end = Instant::now() + Duration::from_secs(2);
             while Instant::now() < end {

@@ -11,5 +11,5 @@ pub mod signals;
 pub mod sys;
 mod worker;
 
-pub use listen::{adopt, bind, claim_all, inherit, Listeners};
+pub use listen::{adopt, bind, claim_all, Listeners};
 pub use worker::{start, Handed, Injector, Server, Worker};

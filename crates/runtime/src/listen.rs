@@ -75,45 +75,16 @@ pub fn bind(
     })
 }
 
-/// Serve on sockets passed by socket activation instead of binding: each keeps the
-/// options of the `listen` entry with its address (`wanted`), if any; `listen` entries
-/// that were not passed are not bound (the socket unit decides where the server listens).
-/// Every worker accepts on the same socket (a duplicate descriptor each). The listener
-/// options ramjet sets on its own sockets are set on these too.
+/// Serve on sockets passed in instead of binding: by socket activation, or by the process
+/// this one replaces (a USR2 upgrade, which passes every socket it accepts on: several per
+/// address, one per old worker, `SO_REUSEPORT`). Each socket keeps the options of the
+/// `listen` entry with its address (`wanted`), if any; `listen` entries that were not
+/// passed are not bound (the socket unit, or the old process, decides where the server
+/// listens). Sockets are grouped by address in the order given. Each keeps accepting
+/// here, its queued connections included: every socket goes to at least one worker (a
+/// duplicate descriptor each), and every worker gets at least one socket of each
+/// address. The listener options ramjet sets on its own sockets are set on these too.
 pub fn adopt(
-    passed: Vec<TcpListener>,
-    wanted: &[SocketAddr],
-    workers: usize,
-    send_buffer: Option<usize>,
-) -> io::Result<Listeners> {
-    let mut per_worker: Vec<Vec<(usize, TcpListener)>> = (0..workers).map(|_| Vec::new()).collect();
-    let mut addrs = Vec::new();
-    let mut entries = Vec::new();
-    for listener in passed {
-        let addr = listener.local_addr()?;
-        configure(&listener, send_buffer).map_err(|e| explain(addr, e))?;
-        let at = addrs.len();
-        for list in per_worker.iter_mut().skip(1) {
-            list.push((at, listener.try_clone()?));
-        }
-        per_worker[0].push((at, listener));
-        entries.push(wanted.iter().position(|w| *w == addr));
-        addrs.push(addr);
-    }
-    Ok(Listeners {
-        per_worker,
-        addrs,
-        entries,
-    })
-}
-
-/// Serve on the listeners of the process this one replaces (a USR2 upgrade): the old
-/// process passes every socket it accepts on, several per address (one per old worker,
-/// `SO_REUSEPORT`). Each keeps accepting here, its queued connections included: every
-/// socket is given to at least one worker, and every worker gets at least one socket of
-/// each address. Sockets are grouped by address in the order given; the address list and
-/// the `listen` entries follow, as for [`adopt`].
-pub fn inherit(
     passed: Vec<TcpListener>,
     wanted: &[SocketAddr],
     workers: usize,

@@ -96,3 +96,40 @@ pub fn take_inherited() -> io::Result<Option<Inherited>> {
         socket: socket.into(),
     }))
 }
+
+/// What the new process said on its readiness pipe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readiness {
+    /// It wrote its byte: it serves.
+    Ready,
+    /// It closed the pipe without writing (it ended, or gave up).
+    Ended,
+    /// Neither within the time given.
+    TimedOut,
+}
+
+/// Wait up to `timeout` for the new process's byte on the read end of its pipe.
+pub fn wait_ready(read: &OwnedFd, timeout: std::time::Duration) -> io::Result<Readiness> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ts = Timespec::try_from(left).map_err(|_| io::Error::other("timeout too long"))?;
+        let mut fds = [PollFd::new(read, PollFlags::IN)];
+        match poll(&mut fds, Some(&ts)) {
+            Ok(0) => return Ok(Readiness::TimedOut),
+            Ok(_) => break,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let mut byte = [0u8; 1];
+    loop {
+        match rustix::io::read(read, &mut byte) {
+            Ok(1) => return Ok(Readiness::Ready),
+            Ok(_) => return Ok(Readiness::Ended),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
