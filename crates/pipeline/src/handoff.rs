@@ -19,8 +19,7 @@ use ramjet_handoff::{Record, Sender};
 const UNAVAILABLE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 33\r\nRetry-After: 1\r\nConnection: close\r\n\r\nThe backend is not available now.";
 
 /// How often a connection waiting for a backend whose queue is full tries again (the
-/// waiting costs the worker nothing: it is a timer in the connection's task). However
-/// many connections wait, a backend found full is tried again at most this often.
+/// waiting costs the worker nothing: it is a timer in the connection's task).
 pub(crate) const RETRY: Duration = Duration::from_millis(2);
 
 /// What became of a queued connection.
@@ -46,8 +45,6 @@ pub(crate) struct Handoffs {
 struct Backend {
     socket: Arc<PathBuf>,
     sender: Sender,
-    /// When its queue was last found full.
-    full_at: Option<Instant>,
 }
 
 struct Queued {
@@ -127,12 +124,7 @@ impl Handoffs {
             let (mine, rest): (Vec<Queued>, Vec<Queued>) =
                 queue.into_iter().partition(|q| q.socket == socket);
             queue = rest;
-            let (sent, messages, failure) = if self.full_within_retry(&socket, now) {
-                // Every waiting connection's task flushes; one try per RETRY does.
-                (0, 0, Some(std::io::ErrorKind::WouldBlock.into()))
-            } else {
-                self.send_all(&socket, &mine, max_batch, now)
-            };
+            let (sent, messages, failure) = self.send_all(&socket, &mine, max_batch);
             for q in &mine[..sent] {
                 q.fate.set(Fate::Went);
             }
@@ -167,23 +159,12 @@ impl Handoffs {
         done
     }
 
-    /// Whether `socket`'s backend was found full less than [`RETRY`] before `now`.
-    fn full_within_retry(&self, socket: &Arc<PathBuf>, now: Instant) -> bool {
-        self.senders
-            .borrow()
-            .iter()
-            .find(|b| b.socket == *socket)
-            .and_then(|b| b.full_at)
-            .is_some_and(|t| now < t + RETRY)
-    }
-
     /// Send `items` to `socket`'s backend from the first: (sent, messages, why it stopped).
     fn send_all(
         &self,
         socket: &Arc<PathBuf>,
         items: &[Queued],
         max_batch: usize,
-        now: Instant,
     ) -> (usize, usize, Option<std::io::Error>) {
         let mut senders = self.senders.borrow_mut();
         let (mut sent, mut messages, mut reconnected) = (0, 0, false);
@@ -195,7 +176,6 @@ impl Handoffs {
                         senders.push(Backend {
                             socket: socket.clone(),
                             sender: s,
-                            full_at: None,
                         });
                         senders.len() - 1
                     }
@@ -211,11 +191,6 @@ impl Handoffs {
                 Ok(n) => {
                     sent += n;
                     messages += 1;
-                    senders[at].full_at = None;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    senders[at].full_at = Some(now);
-                    return (sent, messages, Some(e));
                 }
                 // The backend closed this channel, or its datagram socket went (a
                 // restart): connect again, once.
