@@ -2,9 +2,12 @@
 """The 2001 experiment: 30% of requests belong to a backend process, 70% are static
 files ramjet serves. The backend is Rust (`--backend rust`, the default) or a stock Apache
 2.4 (`--backend apache`: event MPM, 2 processes of 25 threads, receiving hand-offs with
-integrations/apache/mod_ramjet_handoff.c, its share a 4 KB file it serves itself). Each request is its own connection (a hand-off gives
-the connection away for good, so keep-alive would send every later request of it to the
-backend). Variants, in the same run:
+integrations/apache/mod_ramjet_handoff.c, its share a 4 KB file it serves itself). By
+default each request is its own connection. With `--per-connection N` the clients keep
+connections alive for N requests, all for the same side (a hand-off gives the connection
+away for good, so every later request of it goes to the backend), the last asking to close;
+connections take the sides in turn, 7 static then 3 for the backend. Variants, in the same
+run:
 
   proxy      ramjet proxies the backend's share over pooled HTTP connections
   single     ramjet hands each connection to the backend in a message of its own
@@ -22,7 +25,7 @@ ramjet and of the backend per request (utime+stime from /proc; for Apache its pa
 its children and the children it reaped), context switches per request (perf stat over
 every process).
 
-    bench/handoff.py --out bench/results/$(date +%F)-handoff [--backend apache] [--rounds 3] [--duration 5]
+    bench/handoff.py --out bench/results/$(date +%F)-handoff [--backend apache] [--rounds 3] [--duration 5] [--per-connection N]
 """
 
 import argparse
@@ -127,7 +130,7 @@ def urls(variant):
     return [static] * 7 + [app] * 3
 
 
-def run(variant, work, duration, connections, apache):
+def run(variant, work, duration, connections, apache, per_connection):
     if apache:
         backend = subprocess.Popen(["taskset", "-c", "0", "/usr/sbin/apache2", "-f",
                                     str(apache_conf(work)), "-DFOREGROUND"],
@@ -143,7 +146,9 @@ def run(variant, work, duration, connections, apache):
         wait_port(PORT)
         wait_port(BACKEND_PORT)
         load = ["taskset", "-c", "1", str(RAMJET), "bench", "-t1", "-c", str(connections),
-                "--no-keepalive", "--json", "--no-progress"]
+                "--json", "--no-progress"]
+        load += (["--requests-per-connection", str(per_connection)] if per_connection
+                 else ["--no-keepalive"])
         subprocess.run(load + ["-d", "1s"] + urls(variant), capture_output=True)  # warm-up
         cpu0 = (cpu_seconds(ramjet.pid), backend_cpu(backend.pid))
         pids = [ramjet.pid] + (family(backend.pid) if apache else [backend.pid])
@@ -179,6 +184,8 @@ def main():
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--connections", type=int, default=50)
     ap.add_argument("--backend", choices=["rust", "apache"], default="rust")
+    ap.add_argument("--per-connection", type=int, default=0,
+                    help="keep-alive connections of N requests (default: one per connection)")
     args = ap.parse_args()
     apache = args.backend == "apache"
     variants = APACHE_VARIANTS if apache else VARIANTS
@@ -199,7 +206,7 @@ def main():
     runs = {v: [] for v in variants}
     for rnd in range(args.rounds):
         for v in variants[rnd % len(variants):] + variants[:rnd % len(variants)]:
-            r = run(v, work, args.duration, args.connections, apache)
+            r = run(v, work, args.duration, args.connections, apache, args.per_connection)
             runs[v].append(r)
             print(f"round {rnd} {v:8} {r['rps']:>10,.0f} req/s  p99 {r['p99_ms']:.2f} ms  "
                   f"ramjet {r['ramjet_us']:.1f} us/req  backend {r['backend_us']:.1f} us/req  "
@@ -209,6 +216,8 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     lines = [f"# Hand-off vs proxy vs direct ({args.backend} backend) — {time.strftime('%Y-%m-%d %H:%M')}", "",
              "Command: `" + " ".join(sys.argv) + "`", "", __doc__.split("\n\n    bench/")[0], "",
+             "Connections in this run: " + (f"keep-alive, {args.per_connection} requests each"
+                                            if args.per_connection else "one request each"), "",
              "CPU columns are per request of the whole mix. *ramjet per forwarded request* is what",
              "forwarding the backend's 30% adds to ramjet: (ramjet µs/req − direct's) / 0.3.", "",
              "| variant | req/s | p99 ms | ramjet CPU µs/req | ramjet per forwarded request µs | backend CPU µs/req | both µs/req | context switches/req | errors |",

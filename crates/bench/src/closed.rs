@@ -76,6 +76,19 @@ async fn connection(
     done: Counter,
 ) {
     let requests: Vec<Vec<u8>> = spec.targets.iter().map(|t| spec.request(t)).collect();
+    // A connection of `per_connection` requests ends with one that asks to close.
+    let per_connection = spec
+        .per_connection
+        .filter(|_| spec.keep_alive)
+        .map(|n| n.max(1));
+    let closing: Vec<Vec<u8>> = match per_connection {
+        Some(_) => spec
+            .targets
+            .iter()
+            .map(|t| spec.request_keeping(t, false))
+            .collect(),
+        None => Vec::new(),
+    };
     let mut next = index % requests.len();
     let depth = if spec.keep_alive {
         spec.pipeline.max(1)
@@ -101,19 +114,37 @@ async fn connection(
         let Some(mut conn) = connect(&spec, spec.targets[next].addr, &report).await else {
             continue;
         };
+        // With `per_connection`, this connection's URL; the next connection takes the next.
+        let own = next;
+        if per_connection.is_some() {
+            next = (next + 1) % requests.len();
+        }
+        let mut sent_here = 0u64;
         let mut inflight: VecDeque<Instant> = VecDeque::with_capacity(depth);
         loop {
             // Refill the pipeline only when no answer is already buffered: one write tops it
             // up (as wrk's pipelining does), instead of one write per answer.
             if inflight.is_empty() || !conn.buffered() {
                 out.clear();
-                while inflight.len() < depth && (std::mem::take(&mut ticket) || (!over() && take()))
+                while inflight.len() < depth
+                    && per_connection.is_none_or(|n| sent_here < n)
+                    && (std::mem::take(&mut ticket) || (!over() && take()))
                 {
-                    out.extend_from_slice(&requests[next]);
+                    sent_here += 1;
+                    match per_connection {
+                        Some(n) if sent_here == n => out.extend_from_slice(&closing[own]),
+                        Some(_) => out.extend_from_slice(&requests[own]),
+                        None => {
+                            out.extend_from_slice(&requests[next]);
+                            next = (next + 1) % requests.len();
+                        }
+                    }
                     inflight.push_back(Instant::now());
-                    next = (next + 1) % requests.len();
                 }
                 if inflight.is_empty() {
+                    if per_connection.is_some_and(|n| sent_here >= n) {
+                        continue 'connect;
+                    }
                     return;
                 }
                 if !out.is_empty() {

@@ -78,6 +78,11 @@ pub struct Spec {
     /// (counted, never looked at), so a large-file run measures the server, not the
     /// client's copying.
     pub discard_body: bool,
+    /// Keep-alive connections that each make this many requests, all for one URL, the last
+    /// with `Connection: close`; the next connection takes the next URL of the rotation
+    /// (httperf's `--num-calls`, a browser's visit). None: a connection goes on until the
+    /// run ends, taking the URLs in turn.
+    pub per_connection: Option<u64>,
 }
 
 impl Default for Spec {
@@ -97,6 +102,7 @@ impl Default for Spec {
             rate: None,
             cpus: Vec::new(),
             discard_body: false,
+            per_connection: None,
         }
     }
 }
@@ -104,9 +110,14 @@ impl Default for Spec {
 impl Spec {
     /// The request bytes for target `t`.
     pub(crate) fn request(&self, t: &Target) -> Vec<u8> {
+        self.request_keeping(t, self.keep_alive)
+    }
+
+    /// The request bytes for target `t`, asking to keep the connection or not.
+    pub(crate) fn request_keeping(&self, t: &Target, keep_alive: bool) -> Vec<u8> {
         let version = if self.http10 { "HTTP/1.0" } else { "HTTP/1.1" };
         let mut r = format!("GET {} {version}\r\nHost: {}\r\n", t.path, t.host);
-        match (self.http10, self.keep_alive) {
+        match (self.http10, keep_alive) {
             (true, true) => r.push_str("Connection: keep-alive\r\n"),
             (false, false) => r.push_str("Connection: close\r\n"),
             _ => {}

@@ -31,6 +31,7 @@ fn spec(addr: SocketAddr) -> Spec {
         rate: None,
         cpus: vec![],
         discard_body: false,
+        per_connection: None,
     }
 }
 
@@ -177,4 +178,85 @@ fn discarded_bodies_are_counted_and_a_short_one_is_an_error() {
     assert_eq!(r.responses, 4, "{:?}", r.errors);
     assert_eq!(r.errors.short_body, 2, "{:?}", r.errors);
     assert!(r.bytes >= 4 * (3 << 20), "{}", r.bytes);
+}
+
+/// Per connection, each request's path and whether it asked to close.
+type Log = std::sync::Arc<std::sync::Mutex<Vec<Vec<(String, bool)>>>>;
+
+/// A server that records, per connection, each request's path and whether it asked to
+/// close, and closes after answering one that did.
+fn recording_server() -> (SocketAddr, Log) {
+    use std::io::{Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let log: Log = Log::default();
+    let l = log.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let l = l.clone();
+            std::thread::spawn(move || {
+                let slot = {
+                    let mut log = l.lock().unwrap();
+                    log.push(Vec::new());
+                    log.len() - 1
+                };
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                        buf.drain(..end + 4);
+                        let path = head.split(' ').nth(1).unwrap_or("").to_string();
+                        let close = head.contains("connection: close");
+                        l.lock().unwrap()[slot].push((path, close));
+                        let answer: &[u8] = if close {
+                            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello"
+                        } else {
+                            OK
+                        };
+                        if conn.write_all(answer).is_err() || close {
+                            return;
+                        }
+                        continue;
+                    }
+                    match conn.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                    }
+                }
+            });
+        }
+    });
+    (addr, log)
+}
+
+#[test]
+fn requests_per_connection_gives_each_connection_one_url_and_a_closing_last_request() {
+    let (addr, log) = recording_server();
+    let mut s = spec(addr);
+    s.targets.push(Target {
+        addr,
+        host: "t".into(),
+        path: "/b".into(),
+    });
+    s.per_connection = Some(3);
+    s.connections = 2;
+    s.requests = Some(30);
+    let r = run(&s);
+    assert_eq!((r.responses, r.errors.total()), (30, 0), "{:?}", r.errors);
+    let log = log.lock().unwrap();
+    assert_eq!(log.len(), 10, "{log:?}");
+    let mut per_url = [0, 0];
+    for conn in log.iter() {
+        assert_eq!(conn.len(), 3, "{conn:?}");
+        assert!(
+            conn.iter().all(|(p, _)| p == &conn[0].0),
+            "one URL per connection: {conn:?}"
+        );
+        let closes: Vec<bool> = conn.iter().map(|(_, c)| *c).collect();
+        assert_eq!(closes, [false, false, true]);
+        per_url[usize::from(conn[0].0 == "/b")] += 1;
+    }
+    assert_eq!(per_url, [5, 5], "the URLs alternate by connection");
 }

@@ -42,6 +42,10 @@ pub struct BenchArgs {
     /// A new connection for every request.
     #[arg(long)]
     no_keepalive: bool,
+    /// Keep-alive connections of N requests each, all for one URL, the last asking to
+    /// close; the next connection takes the next URL (httperf's --num-calls; closed loop).
+    #[arg(long, value_name = "N", conflicts_with = "no_keepalive")]
+    requests_per_connection: Option<u64>,
     /// Speak HTTP/1.0.
     #[arg(long)]
     http10: bool,
@@ -172,6 +176,7 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
         rate: args.rate,
         cpus: args.cpus.clone(),
         discard_body: args.discard_body,
+        per_connection: args.requests_per_connection,
     };
     if let Some(sweep) = &args.sweep {
         return run_sweep(&args, &spec, sweep);

@@ -5,6 +5,7 @@ mod bench_cli;
 #[cfg(feature = "fault-injection")]
 mod fault;
 mod handlers;
+mod specweb_cli;
 mod upgrade;
 
 use std::net::SocketAddr;
@@ -43,6 +44,8 @@ enum Command {
     /// Load generator: closed loop (wrk/ab), open loop (--rate), sweeps (--sweep) and slow
     /// downloads (--slow): `ramjet bench http://127.0.0.1:8080/x`.
     Bench(Box<bench_cli::BenchArgs>),
+    /// The SPECweb99 workload: `ramjet specweb fileset --connections N DIR`.
+    Specweb(specweb_cli::SpecwebArgs),
     /// Validate a configuration file and print it resolved, as TOML with every default
     /// filled in (exit status 0 when valid, 2 with the errors otherwise).
     CheckConfig {
@@ -90,6 +93,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Bench(args) => bench_cli::bench(*args),
+        Command::Specweb(args) => specweb_cli::specweb(args),
         Command::CheckConfig { file } => check_config(&file),
     };
     match result {

@@ -23,6 +23,7 @@ mod ranges;
 mod request_body;
 mod security;
 mod shaping;
+mod specweb;
 mod stream;
 mod upgrade;
 
