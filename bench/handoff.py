@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The 2001 experiment: 30% of requests belong to a backend process, 70% are static
 files ramjet serves. The backend is Rust (`--backend rust`, the default) or a stock Apache
-2.4 (`--backend apache`: event MPM, 2 processes of 25 threads, receiving hand-offs with
+2.4 (`--backend apache`: event MPM, 2 processes of 64 threads, receiving hand-offs with
 integrations/apache/mod_ramjet_handoff.c, its share a 4 KB file it serves itself). By
 default each request is its own connection. With `--per-connection N` the clients keep
 connections alive for N requests, all for the same side (a hand-off gives the connection
@@ -87,8 +87,8 @@ def apache_conf(work):
         f"LoadModule ramjet_handoff_module {MODULE}\nRamjetHandoffSocket {work}/backend.sock\n"
         f'TypesConfig /etc/mime.types\nDocumentRoot "{work}/www"\nAlias /app/ "{work}/app/"\n'
         f'<Directory "{work}">\n  Require all granted\n</Directory>\n'
-        "KeepAlive On\nStartServers 2\nServerLimit 2\nThreadsPerChild 25\n"
-        "MaxRequestWorkers 50\nMinSpareThreads 1\nMaxSpareThreads 50\n")
+        "KeepAlive On\nStartServers 2\nServerLimit 2\nThreadsPerChild 64\n"
+        "MaxRequestWorkers 128\nMinSpareThreads 1\nMaxSpareThreads 128\n")
     return conf
 
 
