@@ -20,6 +20,8 @@ pub enum Handler {
     /// Hand the client's connection itself to the backend process at the location's
     /// `handoff` socket (`docs/HANDOFF.md`).
     Handoff,
+    /// The location's `module` (a native module, `docs/MODULES.md`).
+    Module,
 }
 
 impl Handler {
@@ -32,6 +34,7 @@ impl Handler {
             Handler::Metrics => "metrics",
             Handler::Status => "status",
             Handler::Handoff => "handoff",
+            Handler::Module => "module",
         }
     }
 }

@@ -11,6 +11,7 @@ mod error;
 mod error_pages;
 mod handler;
 mod headers;
+mod module;
 mod print;
 mod protect;
 pub mod raw;
@@ -26,6 +27,7 @@ pub use error::ConfigError;
 pub use error_pages::{ErrorPage, ErrorPages};
 pub use handler::Handler;
 pub use headers::ResponseHeaders;
+pub use module::{set_module_starter, ModuleError, ModuleInstance, ModuleMount, ModuleStarter};
 pub use protect::BasicAuth;
 pub use resolve::{for_directory, load_file, load_str};
 pub use resolved::{

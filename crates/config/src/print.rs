@@ -308,6 +308,14 @@ impl Resolved {
         if let Some(h) = &loc.handoff {
             let _ = writeln!(o, "handoff = {}", text(&h.display().to_string()));
         }
+        if let Some(m) = &loc.module {
+            let _ = writeln!(o, "module = {}", text(&m.name));
+            if !m.config.is_empty() {
+                // An inline table keeps the location's other keys after it in place.
+                let config = toml::Value::Table(m.config.clone());
+                let _ = writeln!(o, "module_config = {config}");
+            }
+        }
         if let Some(r) = &loc.redirect {
             let _ = writeln!(o, "redirect = {}", text(&r.target));
             let _ = writeln!(o, "redirect_status = {}", r.status);

@@ -191,6 +191,10 @@ pub struct RawLocation {
     /// UNIX socket (absolute path) of a backend that takes the client connections
     /// themselves (the `handoff` handler; not inherited).
     pub handoff: Option<Spanned<String>>,
+    /// A module answers here (the `module` handler; not inherited).
+    pub module: Option<Spanned<String>>,
+    /// The module's own options (`[location.module_config]`), checked by the module.
+    pub module_config: Option<Spanned<toml::Table>>,
     /// Files served in place of the server's own error page, by status (`"404"`) or class
     /// (`"5xx"`); read at load.
     pub error_pages: Option<BTreeMap<String, Spanned<String>>>,

@@ -605,6 +605,10 @@ impl<'a> Resolver<'a> {
             true => Some(self.handoff(loc, key)?),
             false => None,
         };
+        let module = match handlers.contains(&Handler::Module) {
+            true => Some(self.module(loc, key)?),
+            false => None,
+        };
         let by_type: Option<std::collections::BTreeMap<String, Duration>> = loc
             .expires_by_type
             .as_ref()
@@ -650,6 +654,7 @@ impl<'a> Resolver<'a> {
             response_headers,
             redirect,
             handoff,
+            module,
             error_pages,
             auth,
             metrics: 0,
@@ -828,6 +833,42 @@ impl<'a> Resolver<'a> {
         Ok(std::sync::Arc::new(p))
     }
 
+    /// A location's module, started from its `module_config` table (a wrong table is
+    /// this file's error, at the table's line).
+    fn module(
+        &self,
+        l: &RawLocation,
+        key: &str,
+    ) -> Result<std::sync::Arc<crate::ModuleMount>, ConfigError> {
+        let Some(name) = l.module.as_ref() else {
+            return Err(self.err(
+                l.path.as_ref().map(|p| p.span()),
+                &format!("{key}.module"),
+                "missing: a location with the module handler names its module".into(),
+            ));
+        };
+        let config = l
+            .module_config
+            .as_ref()
+            .map(|t| t.get_ref().clone())
+            .unwrap_or_default();
+        match crate::module::start(name.get_ref(), &config) {
+            Ok(instance) => Ok(std::sync::Arc::new(crate::ModuleMount {
+                name: name.get_ref().clone(),
+                config,
+                instance,
+            })),
+            Err(e) => {
+                let (span, k) = match (&e.key, &l.module_config) {
+                    (Some(k), Some(t)) => (t.span(), format!("{key}.module_config.{k}")),
+                    (Some(k), None) => (name.span(), format!("{key}.module_config.{k}")),
+                    (None, _) => (name.span(), format!("{key}.module")),
+                };
+                Err(self.err(Some(span), &k, e.message))
+            }
+        }
+    }
+
     /// A location's redirect target and status (not inherited: each says where it goes).
     fn redirect(&self, l: &RawLocation, key: &str) -> Result<RedirectOptions, ConfigError> {
         let Some(target) = l.redirect.as_ref() else {
@@ -898,6 +939,8 @@ impl<'a> Resolver<'a> {
                 Handler::Redirect
             } else if l.handoff.is_some() {
                 Handler::Handoff
+            } else if l.module.is_some() {
+                Handler::Module
             } else if proxied {
                 Handler::Proxy
             } else {

@@ -112,6 +112,8 @@ pub struct Location {
     pub redirect: Option<RedirectOptions>,
     /// The backend's hand-off socket, for the `handoff` handler.
     pub handoff: Option<std::sync::Arc<std::path::PathBuf>>,
+    /// The module mounted here, started, for the `module` handler.
+    pub module: Option<std::sync::Arc<crate::ModuleMount>>,
     /// Pages in place of the server's own error pages; `None`: the server's.
     pub error_pages: Option<std::sync::Arc<crate::ErrorPages>>,
     /// Basic authentication; `None`: no check on the hot path.

@@ -8,6 +8,7 @@
 //! one arm in [`Handlers::one`], and the `on_reload`/`on_tick` calls.
 
 use ramjet_config::{Handler, Resolved};
+use ramjet_modules::Modules;
 use ramjet_pipeline::{Content, Later, Outcome, Request};
 use ramjet_proxy::Proxy;
 use ramjet_redirect::Redirect;
@@ -21,6 +22,7 @@ pub struct Handlers {
     redirect: Redirect,
     metrics: Metrics,
     status: Status,
+    modules: Modules,
 }
 
 impl Handlers {
@@ -31,6 +33,7 @@ impl Handlers {
             redirect: Redirect::new(),
             metrics: Metrics,
             status: Status,
+            modules: Modules::new(),
         }
     }
 
@@ -42,6 +45,7 @@ impl Handlers {
             Handler::Redirect => self.redirect.produce(req),
             Handler::Metrics => self.metrics.produce(req),
             Handler::Status => self.status.produce(req),
+            Handler::Module => self.modules.produce(req),
             Handler::Handoff => Ok(Outcome::Respond(ramjet_pipeline::Response::handoff(
                 req.location.handoff.clone().unwrap_or_default(),
             ))),
@@ -86,10 +90,12 @@ impl Content for Handlers {
     fn on_reload(&self, config: &Resolved) {
         self.statics.on_reload(config);
         self.proxy.on_reload(config);
+        self.modules.on_reload(config);
     }
 
     fn on_tick(&self, config: &Resolved) {
         self.statics.on_tick(config);
         self.proxy.on_tick(config);
+        self.modules.on_tick(config);
     }
 }

@@ -90,6 +90,7 @@ const PROCESS_ENV: &str = "RAMJET_PROCESS";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    ramjet_config::set_module_starter(ramjet_modules::start);
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Bench(args) => bench_cli::bench(*args),

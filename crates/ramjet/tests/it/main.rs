@@ -14,6 +14,7 @@ mod files;
 mod handoff;
 mod handoff_apache;
 mod lifecycle;
+mod modules;
 mod observe;
 mod park;
 mod protect;

@@ -1,0 +1,55 @@
+//! Module mounts: `module = "NAME"` on a location with its own `[location.module_config]`
+//! table. The configuration crate does not know the modules; the binary installs a
+//! [`ModuleStarter`] that starts one from its table (checking it), so a bad table is a
+//! configuration error with file, line and key like any other, and a reload starts the
+//! new configuration's modules before it is taken.
+
+use std::any::Any;
+use std::sync::{Arc, OnceLock};
+
+/// A started module, opaque here (the `modules` crate knows its type).
+pub type ModuleInstance = Arc<dyn Any + Send + Sync>;
+
+/// What a starter reports when a module's table is wrong: the key under
+/// `module_config` (None: the table as a whole, or the name) and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModuleError {
+    pub key: Option<String>,
+    pub message: String,
+}
+
+/// Starts module `name` from its table.
+pub type ModuleStarter =
+    fn(name: &str, config: &toml::Table) -> Result<ModuleInstance, ModuleError>;
+
+static STARTER: OnceLock<ModuleStarter> = OnceLock::new();
+
+/// Install the module starter (once per process; later calls are ignored).
+pub fn set_module_starter(starter: ModuleStarter) {
+    let _ = STARTER.set(starter);
+}
+
+pub(crate) fn start(name: &str, config: &toml::Table) -> Result<ModuleInstance, ModuleError> {
+    match STARTER.get() {
+        Some(start) => start(name, config),
+        None => Err(ModuleError {
+            key: None,
+            message: "this program has no modules".into(),
+        }),
+    }
+}
+
+/// A module mounted on a location.
+pub struct ModuleMount {
+    pub name: String,
+    /// The location's `module_config` table, as written.
+    pub config: toml::Table,
+    /// The started module.
+    pub instance: ModuleInstance,
+}
+
+impl std::fmt::Debug for ModuleMount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ModuleMount({})", self.name)
+    }
+}
