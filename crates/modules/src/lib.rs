@@ -12,6 +12,7 @@ mod api;
 pub mod hello;
 mod host;
 pub mod registry;
+pub mod specweb99;
 
 pub use api::{blocking, LaterReply, Module, ModuleRequest, ModuleWorker, Piece, Reply};
 pub use host::{response, Modules};

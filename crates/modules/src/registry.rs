@@ -16,7 +16,7 @@ pub struct Registration {
 }
 
 /// Every built-in module.
-pub const BUILT_IN: &[Registration] = &[crate::hello::REGISTRATION];
+pub const BUILT_IN: &[Registration] = &[crate::hello::REGISTRATION, crate::specweb99::REGISTRATION];
 
 /// The configuration's [`ramjet_config::ModuleStarter`]: start module `name` of
 /// [`BUILT_IN`] from its table.

@@ -25,6 +25,7 @@ mod request_body;
 mod security;
 mod shaping;
 mod specweb;
+mod specweb99_module;
 mod stream;
 mod upgrade;
 

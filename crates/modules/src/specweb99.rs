@@ -1,0 +1,488 @@
+//! The SPECweb99 dynamic content module (specweb99.md §3), in-process as TUX and X15 ran
+//! it. Mounted on the benchmark's `DYNAMIC_ROOT`:
+//!
+//! ```toml
+//! [[location]]
+//! path = "/specweb99"
+//! module = "specweb99"
+//! [location.module_config]
+//! root = "/srv/specweb"            # holds file_set/
+//! data_dir = "/var/lib/specweb"    # User.Personality, Custom.Ads, post.log (default: root)
+//! ```
+//!
+//! What a request is follows from the request, as in TUX's module:
+//! - `POST`: a dynamic POST (the record goes to the post log, on disk before the reply);
+//! - `GET ...?command/Reset&...` and `?command/Fetch`: the manager's housekeeping;
+//! - `GET ...?/file_set/...` with a `my_cookie` cookie: custom ad rotation (CAD);
+//! - any other `GET ...?/file_set/...`: the standard dynamic GET.
+//!
+//! File bytes are never copied: a reply is the frame's bytes, file ranges, and for CAD the
+//! 17-byte substitutions between the ranges.
+
+mod files;
+mod frame;
+mod postlog;
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use ramjet_config::ModuleError;
+use ramjet_specweb::postlog::Post;
+use ramjet_specweb::tables::{self, Ad, AdParams};
+use serde::Deserialize;
+
+use crate::api::{blocking, LaterReply, Module, ModuleRequest, ModuleWorker, Reply};
+use crate::registry::{option_error, options, Registration};
+use files::{Files, Object, Opened};
+use postlog::PostLog;
+
+/// How `module = "specweb99"` is found.
+pub const REGISTRATION: Registration = Registration {
+    name: "specweb99",
+    start,
+};
+
+const USERS_FILE: &str = "User.Personality";
+const ADS_FILE: &str = "Custom.Ads";
+const POST_LOG: &str = "post.log";
+/// A POST body is five short fields.
+const MAX_POST_BODY: usize = 4096;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Options {
+    root: String,
+    data_dir: Option<String>,
+    server_software: Option<String>,
+}
+
+/// The user and ad tables, replaced whole by Reset.
+#[derive(Default)]
+struct Tables {
+    users: Vec<u32>,
+    ads: Vec<Ad>,
+}
+
+struct SpecWeb {
+    root: PathBuf,
+    data: PathBuf,
+    server: String,
+    tables: RwLock<Arc<Tables>>,
+    log: PostLog,
+}
+
+fn start(config: &toml::Table) -> Result<Arc<dyn Module>, ModuleError> {
+    let o: Options = options(config)?;
+    let root = PathBuf::from(&o.root);
+    if !root.is_absolute() || !root.is_dir() {
+        return Err(option_error(
+            "root",
+            format!("`{}` is not an absolute path to a directory", o.root),
+        ));
+    }
+    let data = o.data_dir.map_or_else(|| root.clone(), PathBuf::from);
+    if !data.is_absolute() || !data.is_dir() {
+        return Err(option_error(
+            "data_dir",
+            format!(
+                "`{}` is not an absolute path to a directory",
+                data.display()
+            ),
+        ));
+    }
+    let log =
+        PostLog::open(&data.join(POST_LOG)).map_err(|e| option_error("data_dir", e.to_string()))?;
+    // Tables from an earlier Reset, if any (the manager resets before every iteration).
+    let tables = match (
+        std::fs::read(data.join(USERS_FILE)),
+        std::fs::read(data.join(ADS_FILE)),
+    ) {
+        (Ok(u), Ok(a)) => Tables {
+            users: tables::parse_users(&u).map_err(|e| option_error("data_dir", e))?,
+            ads: tables::parse_ads(&a).map_err(|e| option_error("data_dir", e))?,
+        },
+        _ => Tables::default(),
+    };
+    Ok(Arc::new(SpecWeb {
+        root,
+        data,
+        server: o.server_software.unwrap_or_else(|| "ramjet".into()),
+        tables: RwLock::new(Arc::new(tables)),
+        log,
+    }))
+}
+
+impl Module for SpecWeb {
+    fn worker(self: Arc<Self>) -> Box<dyn ModuleWorker> {
+        Box::new(Worker {
+            shared: self,
+            files: Files::default(),
+        })
+    }
+}
+
+struct Worker {
+    shared: Arc<SpecWeb>,
+    files: Files,
+}
+
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// `user_id=U&last_ad=A` from the `my_cookie` cookie.
+fn my_cookie(req: &ModuleRequest<'_>) -> Option<(u64, u32)> {
+    let v = req.cookie("my_cookie")?;
+    let mut user = None;
+    let mut last = None;
+    for pair in v.split('&') {
+        match pair.split_once('=') {
+            Some(("user_id", u)) => user = u.parse().ok(),
+            Some(("last_ad", a)) => last = a.parse().ok(),
+            _ => {}
+        }
+    }
+    Some((user?, last.unwrap_or(0)))
+}
+
+/// Percent-decoding of a form field (`+` is a space).
+fn form_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = |c: u8| (c as char).to_digit(16);
+                match (hex(b[i + 1]), hex(b[i + 2])) {
+                    (Some(h), Some(l)) => {
+                        out.push((h * 16 + l) as u8);
+                        i += 2;
+                    }
+                    _ => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The fields of a POST body, by name, in any order.
+struct PostForm {
+    urlroot: String,
+    object: Object,
+    client: u64,
+}
+
+fn parse_post(body: &[u8]) -> Option<PostForm> {
+    let body = std::str::from_utf8(body).ok()?.trim_end();
+    let (mut urlroot, mut dir, mut class, mut num, mut client) = (None, None, None, None, None);
+    for pair in body.split('&') {
+        let (k, v) = pair.split_once('=')?;
+        let v = form_decode(v);
+        match k {
+            "urlroot" => urlroot = Some(v),
+            "dir" => dir = v.parse::<u32>().ok(),
+            "class" => class = v.parse::<u32>().ok().filter(|c| *c < 4),
+            "num" => num = v.parse::<u32>().ok().filter(|n| *n < 9),
+            "client" => client = v.parse::<u64>().ok(),
+            _ => {}
+        }
+    }
+    Some(PostForm {
+        urlroot: urlroot?,
+        object: Object {
+            dir: dir.filter(|d| *d < 100_000)?,
+            class: class?,
+            num: num?,
+        },
+        client: client?,
+    })
+}
+
+impl Worker {
+    /// The frame's head for this request.
+    fn head(&self, req: &ModuleRequest<'_>) -> Bytes {
+        let script = std::str::from_utf8(req.path()).unwrap_or("");
+        Bytes::from(frame::head(
+            &self.shared.server,
+            &req.client().ip().to_string(),
+            script,
+            req.query().unwrap_or(""),
+        ))
+    }
+
+    /// The framed reply for `file`, with each ad placeholder replaced by `ad`'s target.
+    fn framed(&self, req: &ModuleRequest<'_>, file: &Opened, ad: Option<u32>) -> Reply {
+        let mut reply = Reply::new(200).header("Content-Type", "text/html");
+        reply.push_bytes(self.head(req));
+        let mut at = 0;
+        if let Some(ad) = ad {
+            let target = Bytes::copy_from_slice(&tables::ad_target(ad));
+            for &p in &file.placeholders {
+                reply.push_file(file.file.clone(), at, p - at);
+                reply.push_bytes(target.clone());
+                at = p + target.len() as u64;
+            }
+        }
+        reply.push_file(file.file.clone(), at, file.len - at);
+        reply.push_bytes(Bytes::from_static(frame::TAIL));
+        reply
+    }
+
+    /// An object's open file: from this worker's cache, or opened on the blocking pool.
+    async fn file(&self, o: Object) -> Result<Arc<Opened>, Reply> {
+        if let Some(f) = self.files.get(o) {
+            return Ok(f);
+        }
+        let root = self.shared.root.clone();
+        match blocking(move || files::open(&root, o)).await {
+            Some(Ok(f)) => {
+                let f = Arc::new(f);
+                self.files.put(o, f.clone());
+                Ok(f)
+            }
+            Some(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Err(Reply::text(
+                404,
+                format!("{}: not in the file set\n", o.name()),
+            )),
+            _ => Err(Reply::text(
+                500,
+                format!("{}: could not be opened\n", o.name()),
+            )),
+        }
+    }
+
+    /// Standard dynamic GET and CAD: the object, framed, with the ad for a CAD.
+    fn get<'r>(&'r self, req: &'r ModuleRequest<'r>, o: Object) -> Result<Reply, LaterReply<'r>> {
+        let cad = my_cookie(req);
+        if cad.is_none() {
+            if let Some(f) = self.files.get(o) {
+                return Ok(self.framed(req, &f, None));
+            }
+        }
+        Err(Box::pin(async move {
+            let f = match self.file(o).await {
+                Ok(f) => f,
+                Err(reply) => return reply,
+            };
+            match cad {
+                None => self.framed(req, &f, None),
+                Some((user, last_ad)) => self.cad(req, &f, user, last_ad),
+            }
+        }))
+    }
+
+    fn cad(&self, req: &ModuleRequest<'_>, f: &Opened, user: u64, last_ad: u32) -> Reply {
+        let tables = self
+            .shared
+            .tables
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let dem = user
+            .checked_sub(10_000)
+            .and_then(|i| tables.users.get(i as usize).copied());
+        match dem {
+            Some(dem) if !tables.ads.is_empty() => {
+                let c = tables::find_ad(dem, &tables.ads, last_ad, now());
+                self.framed(req, f, Some(c.ad)).header(
+                    "Set-Cookie",
+                    format!(
+                        "found_cookie=Ad_id={}&Ad_weight={}&Expired={}",
+                        c.ad,
+                        c.weight,
+                        u8::from(c.expired)
+                    ),
+                )
+            }
+            // TUX's answer for a user it does not know (or before the first Reset).
+            _ => self
+                .framed(req, f, None)
+                .header("Set-Cookie", "found_cookie=Ad_id=-1&Ad_weight=0&Expired=1"),
+        }
+    }
+
+    async fn post(&self, req: &ModuleRequest<'_>) -> Reply {
+        let body = match req.body(MAX_POST_BODY).await {
+            Ok(b) => b,
+            Err(e) => return Reply::text(e.status(), "request body refused\n"),
+        };
+        let Some(form) = parse_post(&body) else {
+            return Reply::text(400, "a POST needs urlroot, dir, class, num and client\n");
+        };
+        let Some((user, _)) = my_cookie(req) else {
+            return Reply::text(400, "a POST needs the my_cookie cookie\n");
+        };
+        let f = match self.file(form.object).await {
+            Ok(f) => f,
+            Err(reply) => return reply,
+        };
+        let o = form.object;
+        let filename = format!("{}dir{:05}/class{}_{}", form.urlroot, o.dir, o.class, o.num);
+        let shared = self.shared.clone();
+        let client = form.client;
+        let written = blocking(move || {
+            shared.log.append(|recno| Post {
+                recno,
+                time: now(),
+                pid: std::process::id(),
+                dir: o.dir,
+                class: o.class,
+                num: o.num,
+                client,
+                filename,
+                user_id: user,
+            })
+        })
+        .await;
+        match written {
+            Some(Ok(_)) => self
+                .framed(req, &f, None)
+                .header("Set-Cookie", format!("my_cookie={user}")),
+            _ => Reply::text(500, "the post log could not be written\n"),
+        }
+    }
+
+    async fn command(&self, req: &ModuleRequest<'_>, command: &str) -> Reply {
+        let (name, params) = command.split_once('&').unwrap_or((command, ""));
+        match name {
+            "Reset" => {
+                let mut p = AdParams {
+                    pttime: 0,
+                    maxthread: 0,
+                    expired: [0, 0],
+                    now: now(),
+                };
+                let mut maxload = 0u32;
+                for pair in params.split('&') {
+                    match pair.split_once('=') {
+                        Some(("maxload", v)) => maxload = v.parse().unwrap_or(0),
+                        Some(("pttime", v)) => p.pttime = v.parse().unwrap_or(0),
+                        Some(("maxthread", v)) => p.maxthread = v.parse().unwrap_or(0),
+                        Some(("exp", v)) => {
+                            let mut e = v
+                                .split(',')
+                                .map(|x| x.parse::<u32>().unwrap_or(0) % tables::ADS);
+                            p.expired = [e.next().unwrap_or(0), e.next().unwrap_or(0)];
+                        }
+                        _ => {}
+                    }
+                }
+                let shared = self.shared.clone();
+                let done = blocking(move || shared.reset(maxload, &p)).await;
+                match done {
+                    Some(Ok(())) => self.framed_bytes(req, Bytes::new()),
+                    Some(Err(e)) => Reply::text(500, format!("Reset failed: {e}\n")),
+                    None => Reply::text(500, "Reset failed\n"),
+                }
+            }
+            "Fetch" => {
+                let (file, count) = self.shared.log.snapshot();
+                let head = ramjet_specweb::postlog::header(count);
+                let len = count * ramjet_specweb::postlog::RECORD as u64;
+                let mut reply = Reply::new(200).header("Content-Type", "text/html");
+                reply.push_bytes(self.head(req));
+                reply.push_bytes(Bytes::copy_from_slice(&head));
+                reply.push_file(file, ramjet_specweb::postlog::HEADER as u64, len);
+                reply.push_bytes(Bytes::from_static(frame::TAIL));
+                reply
+            }
+            _ => Reply::text(400, format!("unknown command `{name}`\n")),
+        }
+    }
+
+    fn framed_bytes(&self, req: &ModuleRequest<'_>, body: Bytes) -> Reply {
+        Reply::new(200)
+            .header("Content-Type", "text/html")
+            .bytes(self.head(req))
+            .bytes(body)
+            .bytes(Bytes::from_static(frame::TAIL))
+    }
+}
+
+impl SpecWeb {
+    /// Reset: new tables (upfgen99, cadgen99) written where the kit writes them, the post
+    /// log emptied, the tables in force replaced (blocking).
+    fn reset(&self, maxload: u32, p: &AdParams) -> std::io::Result<()> {
+        let users = maxload.max(p.maxthread);
+        let user_bytes = tables::user_personality(users);
+        let ads = tables::ads(p);
+        let ad_bytes = tables::custom_ads(&ads);
+        for (name, bytes) in [(USERS_FILE, &user_bytes), (ADS_FILE, &ad_bytes)] {
+            let tmp = self.data.join(format!(".{name}.tmp"));
+            std::fs::write(&tmp, bytes)?;
+            std::fs::rename(&tmp, self.data.join(name))?;
+        }
+        self.log.reset()?;
+        let users = tables::parse_users(&user_bytes)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        *self.tables.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Tables { users, ads });
+        Ok(())
+    }
+}
+
+impl ModuleWorker for Worker {
+    fn handle<'r>(&'r self, req: &'r ModuleRequest<'r>) -> Result<Reply, LaterReply<'r>> {
+        match req.method() {
+            "POST" => Err(Box::pin(self.post(req))),
+            "GET" | "HEAD" => {
+                let query = req.query().unwrap_or("");
+                if let Some(command) = query.strip_prefix("command/") {
+                    return Err(Box::pin(self.command(req, command)));
+                }
+                match Object::parse(query) {
+                    Some(o) => self.get(req, o),
+                    None => Ok(Reply::text(
+                        404,
+                        "the query names no file_set/dirNNNNN/classC_F object\n",
+                    )),
+                }
+            }
+            _ => Ok(Reply::text(405, "GET, HEAD or POST\n").header("Allow", "GET, HEAD, POST")),
+        }
+    }
+
+    fn tick(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn post_fields_are_parsed_by_name_in_any_order() {
+        let f = parse_post(b"class=1&client=2&dir=00004&num=3&urlroot=%2Ffile_set%2F").unwrap();
+        assert_eq!(f.urlroot, "/file_set/");
+        assert_eq!(
+            f.object,
+            Object {
+                dir: 4,
+                class: 1,
+                num: 3
+            }
+        );
+        assert_eq!(f.client, 2);
+        let f = parse_post(b"urlroot=http://h/file_set/&dir=00012&class=3&num=8&client=77\r\n")
+            .unwrap();
+        assert_eq!(f.urlroot, "http://h/file_set/");
+        assert!(parse_post(b"urlroot=/x/&dir=1&class=4&num=0&client=1").is_none());
+        assert!(parse_post(b"urlroot=/x/&dir=1&class=1&client=1").is_none());
+        assert!(parse_post(b"garbage").is_none());
+    }
+
+    #[test]
+    fn form_decoding() {
+        assert_eq!(form_decode("a%20b+c%2F"), "a b c/");
+        assert_eq!(form_decode("100%"), "100%");
+        assert_eq!(form_decode("%zz"), "%zz");
+        assert_eq!(form_decode("%é%"), "%é%");
+    }
+}
