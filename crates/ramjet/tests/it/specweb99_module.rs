@@ -49,6 +49,21 @@ fn post(c: &mut Client, body: &str, user: u64) -> ramjet_testkit::Response {
     c.response(false)
 }
 
+/// Fetch: the header line between `<pre>` and `</pre>`, and the records after it.
+fn fetch(c: &mut Client) -> (String, Vec<postlog::Post>) {
+    let r = get(c, "/specweb99?command/Fetch", None);
+    assert_eq!(r.status, 200);
+    let text = r.text();
+    let pre = text.split("<pre>\n").nth(1).unwrap();
+    let pre = pre.split("\n</pre>").next().unwrap();
+    let mut lines = pre.lines();
+    let count = lines.next().unwrap_or_default().to_string();
+    let recs = lines
+        .map(|l| postlog::parse_record(l.as_bytes()).unwrap())
+        .collect();
+    (count, recs)
+}
+
 const RESET: &str =
     "/specweb99?command/Reset&maxload=100&pttime=100&maxthread=100&exp=1,100&urlroot=/file_set/";
 
@@ -165,20 +180,8 @@ fn standard_get_cad_post_reset_and_fetch_answer_as_specified() {
             .starts_with(&frame("", b"")[..frame("", b"").len() - 23]));
     }
     // Fetch: the log, framed, its header the count.
-    let r = get(&mut c, "/specweb99?command/Fetch", None);
-    let text = r.text();
-    let pre = text
-        .split("<pre>\n")
-        .nth(1)
-        .unwrap()
-        .split("\n</pre>")
-        .next()
-        .unwrap();
-    let mut lines = pre.lines();
-    assert_eq!(lines.next(), Some("         3"));
-    let recs: Vec<postlog::Post> = lines
-        .map(|l| postlog::parse_record(l.as_bytes()).unwrap())
-        .collect();
+    let (count, recs) = fetch(&mut c);
+    assert_eq!(count, "         3");
     assert_eq!(recs.iter().map(|p| p.recno).collect::<Vec<_>>(), [1, 2, 3]);
     assert_eq!(recs[2].filename, "/file_set/dir00007/class3_2");
     assert_eq!(
@@ -224,20 +227,9 @@ fn posts_from_many_connections_get_one_increasing_sequence() {
         t.join().unwrap();
     }
     let mut c = s.client();
-    let r = get(&mut c, "/specweb99?command/Fetch", None);
-    let text = r.text();
-    let pre = text
-        .split("<pre>\n")
-        .nth(1)
-        .unwrap()
-        .split("\n</pre>")
-        .next()
-        .unwrap();
-    let mut lines = pre.lines();
-    assert_eq!(lines.next(), Some("        80"));
-    let recnos: Vec<u64> = lines
-        .map(|l| postlog::parse_record(l.as_bytes()).unwrap().recno)
-        .collect();
+    let (count, recs) = fetch(&mut c);
+    assert_eq!(count, "        80");
+    let recnos: Vec<u64> = recs.iter().map(|p| p.recno).collect();
     assert_eq!(recnos, (1..=80).collect::<Vec<_>>());
 }
 
