@@ -21,6 +21,7 @@ mod progress;
 mod report;
 mod slow;
 mod spec;
+pub mod specweb;
 mod sweep;
 mod threads;
 

@@ -1,4 +1,4 @@
-//! `ramjet specweb`: the SPECweb99 workload's tools (the file set today).
+//! `ramjet specweb`: the SPECweb99 workload's tools: the file set and the client.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use clap::Subcommand;
 use indicatif::{ProgressBar, ProgressStyle};
+use ramjet_bench::specweb::{self, SpecwebSpec};
 use ramjet_specweb::fileset::{self, Progress, BYTES_PER_DIR};
 
 #[derive(clap::Args)]
@@ -37,6 +38,56 @@ enum SpecwebCommand {
         #[arg(long)]
         no_progress: bool,
     },
+    /// Run the SPECweb99 workload against a server: load generators with rated receive,
+    /// every reply checked, Reset and Fetch around each iteration; prints conforming
+    /// connections, ops/s, the per-class table and the verdict with its reasons.
+    Run(Box<RunArgs>),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The server, e.g. http://127.0.0.1:8080 (the file set at URL_ROOT/file_set/).
+    url: String,
+    /// Simultaneous connections (load generators).
+    #[arg(long, short = 'c', default_value_t = 20)]
+    connections: usize,
+    /// URL path of the dynamic module (DYNAMIC_ROOT).
+    #[arg(long, default_value = "/specweb99")]
+    dynamic: String,
+    /// URL path of the CGI (DYN_CGI_SCRIPT); without it the CGI share goes to the module.
+    #[arg(long)]
+    cgi: Option<String>,
+    /// URL path above file_set/ (URL_ROOT).
+    #[arg(long, default_value = "")]
+    url_root: String,
+    /// The load the file set was generated for (default: --connections).
+    #[arg(long)]
+    fileset_connections: Option<u64>,
+    /// Warm-up before each measurement (not counted).
+    #[arg(long, default_value = "5s", value_parser = ramjet_bench::parse_duration)]
+    warmup: Duration,
+    /// Measurement interval.
+    #[arg(long = "run", default_value = "20s", value_parser = ramjet_bench::parse_duration)]
+    run_time: Duration,
+    /// Ramp-down after it (load goes on, not counted).
+    #[arg(long, default_value = "2s", value_parser = ramjet_bench::parse_duration)]
+    rampdown: Duration,
+    /// Iterations; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    iterations: usize,
+    /// The official timings: warm-up 1200 s (300 s before iterations 2 and 3), 1200 s
+    /// measured, 300 s ramp-down, 3 iterations (about 1 h 45 min).
+    #[arg(long)]
+    compliant: bool,
+    /// Client threads.
+    #[arg(long, short = 't', default_value_t = 1)]
+    threads: usize,
+    /// A reply that takes longer than this is an error.
+    #[arg(long, default_value = "10s", value_parser = ramjet_bench::parse_duration)]
+    timeout: Duration,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 pub fn specweb(args: SpecwebArgs) -> anyhow::Result<()> {
@@ -48,7 +99,79 @@ pub fn specweb(args: SpecwebArgs) -> anyhow::Result<()> {
             threads,
             no_progress,
         } => fileset_cmd(connections, &dir, verify, threads, no_progress),
+        SpecwebCommand::Run(args) => run_cmd(&args),
     }
+}
+
+fn run_cmd(a: &RunArgs) -> anyhow::Result<()> {
+    let target = ramjet_bench::Target::parse(a.url.trim_end_matches('/'))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.url))?;
+    if a.connections == 0 || a.iterations == 0 {
+        bail!("--connections and --iterations must be at least 1");
+    }
+    let mut spec = SpecwebSpec {
+        addr: target.addr,
+        host: target.host.clone(),
+        url_root: a.url_root.trim_end_matches('/').to_string(),
+        dynamic: a.dynamic.clone(),
+        cgi: a.cgi.clone(),
+        connections: a.connections,
+        fileset_connections: a.fileset_connections.unwrap_or(a.connections as u64),
+        warmup: a.warmup,
+        run: a.run_time,
+        rampdown: a.rampdown,
+        threads: a.threads,
+        timeout: a.timeout,
+    };
+    let iterations = if a.compliant { 3 } else { a.iterations };
+    let mut results = Vec::new();
+    for i in 0..iterations {
+        if a.compliant {
+            spec.warmup = Duration::from_secs(if i == 0 { 1200 } else { 300 });
+            spec.run = Duration::from_secs(1200);
+            spec.rampdown = Duration::from_secs(300);
+        }
+        if !a.json {
+            eprintln!(
+                "iteration {}: {} connections, warm-up {:?}, run {:?}, ramp-down {:?}",
+                i + 1,
+                spec.connections,
+                spec.warmup,
+                spec.run,
+                spec.rampdown
+            );
+        }
+        let it = specweb::run_iteration(&spec)
+            .map_err(|e| anyhow::anyhow!("iteration {}: {e}", i + 1))?;
+        if !a.json {
+            print!("{}", it.text());
+        }
+        results.push(it);
+    }
+    let median = specweb::median(&results).expect("at least one iteration");
+    let valid = results.iter().all(|r| r.valid);
+    if a.json {
+        let out = serde_json::json!({
+            "conforming": median.conforming,
+            "valid": valid,
+            "median": median,
+            "iterations": results,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!(
+            "\nSPECweb99-like result: {} conforming connections (median of {}), {:.1} ops/s: {}",
+            median.conforming,
+            results.len(),
+            median.ops_per_sec,
+            if valid {
+                "VALID"
+            } else {
+                "INVALID (see the reasons above)"
+            }
+        );
+    }
+    Ok(())
 }
 
 fn fileset_cmd(

@@ -3,6 +3,7 @@
 //! (upfgen99, cadgen99), the ad selection and the post log's records. Shared by the
 //! server-side module and the `ramjet specweb` client, so both agree byte for byte.
 
+pub mod deck;
 pub mod fileset;
 pub mod postlog;
 pub mod rng;
