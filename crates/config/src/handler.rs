@@ -22,6 +22,8 @@ pub enum Handler {
     Handoff,
     /// The location's `module` (a native module, `docs/MODULES.md`).
     Module,
+    /// A CGI/1.1 program under the location's `cgi_root`, a process per request.
+    Cgi,
 }
 
 impl Handler {
@@ -35,6 +37,7 @@ impl Handler {
             Handler::Status => "status",
             Handler::Handoff => "handoff",
             Handler::Module => "module",
+            Handler::Cgi => "cgi",
         }
     }
 }

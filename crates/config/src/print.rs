@@ -93,6 +93,7 @@ impl Resolved {
             let _ = writeln!(o, "max_connections_per_client = {n}");
         }
         let _ = writeln!(o, "handoff_batch = {}", l.handoff_batch);
+        let _ = writeln!(o, "cgi_processes = {}", l.cgi_processes);
         if let Some(b) = &self.send_rate {
             let _ = writeln!(o, "send_rate = {}", size(b.rate()));
         }
@@ -111,6 +112,7 @@ impl Resolved {
             ("send", t.send),
             ("shutdown", t.shutdown),
             ("handoff", t.handoff),
+            ("cgi", t.cgi),
         ] {
             let _ = writeln!(o, "{name} = {}", duration(d));
         }
@@ -307,6 +309,17 @@ impl Resolved {
         }
         if let Some(h) = &loc.handoff {
             let _ = writeln!(o, "handoff = {}", text(&h.display().to_string()));
+        }
+        if let Some(c) = &loc.cgi {
+            let _ = writeln!(o, "cgi_root = {}", text(&c.root.display().to_string()));
+            if !c.env.is_empty() {
+                let env: Vec<String> = c
+                    .env
+                    .iter()
+                    .map(|(k, v)| format!("{} = {}", key(k), text(v)))
+                    .collect();
+                let _ = writeln!(o, "cgi_env = {{ {} }}", env.join(", "));
+            }
         }
         if let Some(m) = &loc.module {
             let _ = writeln!(o, "module = {}", text(&m.name));

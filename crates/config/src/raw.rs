@@ -91,6 +91,8 @@ pub struct RawLimits {
     pub max_connections_per_client: Option<u32>,
     /// Most connections per hand-off message (1 to 64).
     pub handoff_batch: Option<u32>,
+    /// CGI programs running at once, all workers together; past it, 503.
+    pub cgi_processes: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -106,6 +108,8 @@ pub struct RawTimeouts {
     pub shutdown: Option<Seconds>,
     /// A connection waits this long for a hand-off backend whose queue is full.
     pub handoff: Option<Seconds>,
+    /// A CGI program silent this long (no header yet: 504; in its body: cut) is killed.
+    pub cgi: Option<Seconds>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -195,6 +199,11 @@ pub struct RawLocation {
     pub module: Option<Spanned<String>>,
     /// The module's own options (`[location.module_config]`), checked by the module.
     pub module_config: Option<Spanned<toml::Table>>,
+    /// Directory of CGI programs (the `cgi` handler; not inherited): the path's first
+    /// segment after the location's prefix names the program, the rest is PATH_INFO.
+    pub cgi_root: Option<Spanned<String>>,
+    /// Variables added to every CGI program's environment (Apache `SetEnv`).
+    pub cgi_env: Option<std::collections::BTreeMap<String, String>>,
     /// Files served in place of the server's own error page, by status (`"404"`) or class
     /// (`"5xx"`); read at load.
     pub error_pages: Option<BTreeMap<String, Spanned<String>>>,

@@ -32,6 +32,8 @@ const DEFAULT_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(60);
 const DEFAULT_SEND_TIMEOUT: Duration = Duration::from_secs(60);
 const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_HANDOFF_TIMEOUT: Duration = Duration::from_secs(1);
+const DEFAULT_CGI_TIMEOUT: Duration = Duration::from_secs(60);
+const DEFAULT_CGI_PROCESSES: u32 = 64;
 /// A GET body is read and dropped up to this (nginx client_max_body_size is 1 MiB).
 const DEFAULT_MAX_BODY: u64 = 1 << 20;
 /// Leaves room under the 20,000-fd hard limit of this machine for cache fds and logs.
@@ -326,7 +328,15 @@ impl<'a> Resolver<'a> {
             handoff_batch: l
                 .handoff_batch
                 .map_or(ramjet_handoff::MAX_BATCH, |n| n as usize),
+            cgi_processes: l.cgi_processes.unwrap_or(DEFAULT_CGI_PROCESSES) as usize,
         };
+        if l.cgi_processes == Some(0) {
+            self.keep::<()>(Err(self.err(
+                None,
+                "limits.cgi_processes",
+                "must be at least 1".into(),
+            )));
+        }
         if !(1..=ramjet_handoff::MAX_BATCH).contains(&limits.handoff_batch) {
             self.keep::<()>(Err(self.err(
                 None,
@@ -376,6 +386,7 @@ impl<'a> Resolver<'a> {
             send: t.send.map_or(DEFAULT_SEND_TIMEOUT, |s| s.0),
             shutdown: t.shutdown.map_or(DEFAULT_SHUTDOWN_TIMEOUT, |s| s.0),
             handoff: t.handoff.map_or(DEFAULT_HANDOFF_TIMEOUT, |s| s.0),
+            cgi: t.cgi.map_or(DEFAULT_CGI_TIMEOUT, |s| s.0),
         };
         let log = raw.log.unwrap_or_default();
         let access_log = AccessLogOptions {
@@ -609,6 +620,10 @@ impl<'a> Resolver<'a> {
             true => Some(self.module(loc, key)?),
             false => None,
         };
+        let cgi = match handlers.contains(&Handler::Cgi) {
+            true => Some(self.cgi(loc, key)?),
+            false => None,
+        };
         let by_type: Option<std::collections::BTreeMap<String, Duration>> = loc
             .expires_by_type
             .as_ref()
@@ -655,6 +670,7 @@ impl<'a> Resolver<'a> {
             redirect,
             handoff,
             module,
+            cgi,
             error_pages,
             auth,
             metrics: 0,
@@ -833,6 +849,38 @@ impl<'a> Resolver<'a> {
         Ok(std::sync::Arc::new(p))
     }
 
+    /// A CGI location's program directory (absolute, existing) and extra environment.
+    fn cgi(
+        &self,
+        l: &RawLocation,
+        key: &str,
+    ) -> Result<std::sync::Arc<crate::CgiOptions>, ConfigError> {
+        let Some(root) = l.cgi_root.as_ref() else {
+            return Err(self.err(
+                l.path.as_ref().map(|p| p.span()),
+                &format!("{key}.cgi_root"),
+                "missing: a location with the cgi handler names its programs' directory".into(),
+            ));
+        };
+        let path = std::path::PathBuf::from(root.get_ref());
+        if !path.is_absolute() || !path.is_dir() {
+            return Err(self.err(
+                Some(root.span()),
+                &format!("{key}.cgi_root"),
+                format!(
+                    "`{}` is not an absolute path to a directory",
+                    root.get_ref()
+                ),
+            ));
+        }
+        let env = l
+            .cgi_env
+            .as_ref()
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default();
+        Ok(std::sync::Arc::new(crate::CgiOptions { root: path, env }))
+    }
+
     /// A location's module, started from its `module_config` table (a wrong table is
     /// this file's error, at the table's line).
     fn module(
@@ -941,6 +989,8 @@ impl<'a> Resolver<'a> {
                 Handler::Handoff
             } else if l.module.is_some() {
                 Handler::Module
+            } else if l.cgi_root.is_some() {
+                Handler::Cgi
             } else if proxied {
                 Handler::Proxy
             } else {

@@ -55,6 +55,8 @@ pub struct Limits {
     pub max_connections_per_client: Option<u32>,
     /// Most connections per hand-off message (1 to 64; 64 by default).
     pub handoff_batch: usize,
+    /// CGI programs running at once (all workers).
+    pub cgi_processes: usize,
 }
 
 /// Connection timeouts.
@@ -66,6 +68,8 @@ pub struct Timeouts {
     pub shutdown: Duration,
     /// How long a handed-off connection waits for a backend whose queue is full.
     pub handoff: Duration,
+    /// How long a CGI program may stay silent.
+    pub cgi: Duration,
 }
 
 /// Per-worker open-file cache sizing.
@@ -114,6 +118,8 @@ pub struct Location {
     pub handoff: Option<std::sync::Arc<std::path::PathBuf>>,
     /// The module mounted here, started, for the `module` handler.
     pub module: Option<std::sync::Arc<crate::ModuleMount>>,
+    /// The CGI programs' directory and extra environment, for the `cgi` handler.
+    pub cgi: Option<std::sync::Arc<CgiOptions>>,
     /// Pages in place of the server's own error pages; `None`: the server's.
     pub error_pages: Option<std::sync::Arc<crate::ErrorPages>>,
     /// Basic authentication; `None`: no check on the hot path.
@@ -225,4 +231,13 @@ mod tests {
         assert!(!name_matches("*.a.com", b"wwwa.com"));
         assert!(name_matches("*", b"x"));
     }
+}
+
+/// Where a `cgi` location's programs are, and what their environment gets.
+#[derive(Debug, Clone)]
+pub struct CgiOptions {
+    /// Absolute, an existing directory.
+    pub root: std::path::PathBuf,
+    /// Extra variables, in order.
+    pub env: Vec<(String, String)>,
 }

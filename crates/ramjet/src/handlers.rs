@@ -7,6 +7,7 @@
 //! the config crate), a crate that implements `ramjet_pipeline::Content`, a field here and
 //! one arm in [`Handlers::one`], and the `on_reload`/`on_tick` calls.
 
+use ramjet_cgi::Cgi;
 use ramjet_config::{Handler, Resolved};
 use ramjet_modules::Modules;
 use ramjet_pipeline::{Content, Later, Outcome, Request};
@@ -23,6 +24,7 @@ pub struct Handlers {
     metrics: Metrics,
     status: Status,
     modules: Modules,
+    cgi: Cgi,
 }
 
 impl Handlers {
@@ -34,6 +36,7 @@ impl Handlers {
             metrics: Metrics,
             status: Status,
             modules: Modules::new(),
+            cgi: Cgi::new(),
         }
     }
 
@@ -46,6 +49,7 @@ impl Handlers {
             Handler::Metrics => self.metrics.produce(req),
             Handler::Status => self.status.produce(req),
             Handler::Module => self.modules.produce(req),
+            Handler::Cgi => self.cgi.produce(req),
             Handler::Handoff => Ok(Outcome::Respond(ramjet_pipeline::Response::handoff(
                 req.location.handoff.clone().unwrap_or_default(),
             ))),

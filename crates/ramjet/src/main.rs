@@ -89,6 +89,8 @@ struct ServeArgs {
 const PROCESS_ENV: &str = "RAMJET_PROCESS";
 
 fn main() -> ExitCode {
+    // Descriptors inherited from whoever started us must not leak into CGI programs.
+    ramjet_runtime::sys::cloexec_inherited();
     let cli = Cli::parse();
     ramjet_config::set_module_starter(ramjet_modules::start);
     let result = match cli.command {

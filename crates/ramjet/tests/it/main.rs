@@ -4,6 +4,7 @@
 mod activation;
 mod autoindex;
 mod bench;
+mod cgi;
 mod changes;
 mod codec;
 mod conditional;

@@ -22,7 +22,7 @@ pub use file::{
 };
 pub use inotify::{Change, DirWatch};
 pub use memory::trim_heap;
-pub use process::{pin_to_cpu, raise_nofile_limit, send_signal};
+pub use process::{cloexec_inherited, pin_to_cpu, raise_nofile_limit, send_signal};
 pub use ready_set::ReadySet;
 pub use receive::recv_discard;
 pub use residency::{blocking_warm, is_resident};

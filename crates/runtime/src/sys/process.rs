@@ -54,3 +54,26 @@ pub fn send_signal(pid: u32, sig: &str) -> io::Result<()> {
     kill_process(pid, sig)?;
     Ok(())
 }
+
+/// Mark every descriptor from 3 up that this process inherited close-on-exec, so none
+/// reaches a program it starts (a CGI) by accident. Call at start, before any thread: the
+/// descriptors it means to keep (activated or upgraded listeners) stay open; they are
+/// passed on only where a spawn clears the flag for itself (an upgrade).
+pub fn cloexec_inherited() {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: `fd` was listed open in /proc/self/fd a moment ago and nothing else runs
+        // yet (no thread can close it meanwhile); it is only borrowed for the fcntl calls,
+        // and one that has gone since (the read_dir's own) just makes them fail.
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        if let Ok(flags) = rustix::io::fcntl_getfd(borrowed) {
+            let _ = rustix::io::fcntl_setfd(borrowed, flags | rustix::io::FdFlags::CLOEXEC);
+        }
+    }
+}

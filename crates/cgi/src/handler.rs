@@ -1,0 +1,322 @@
+//! The `cgi` handler: a process per request, the body on its stdin, its output streamed
+//! back with backpressure, a cap on processes running at once, and a timeout.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use ramjet_pipeline::{
+    error_response, Body, BodySource, Content, FailKind, Failure, Later, Outcome, Request,
+    Response, Side,
+};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
+use tokio::process::{Child, ChildStdout, Command};
+use tokio::time::Sleep;
+
+use crate::env;
+use crate::output;
+
+/// CGI programs running now, all workers together.
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// A place among the running programs, given back when dropped.
+struct Permit;
+
+impl Permit {
+    fn take(limit: usize) -> Option<Permit> {
+        let before = RUNNING.fetch_add(1, Ordering::AcqRel);
+        if before >= limit {
+            RUNNING.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Permit)
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        RUNNING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The `cgi` handler (stateless: every request starts its own process).
+#[derive(Default)]
+pub struct Cgi;
+
+impl Cgi {
+    pub fn new() -> Cgi {
+        Cgi
+    }
+}
+
+impl Content for Cgi {
+    fn produce<'r>(&'r self, req: &'r Request<'r>) -> Result<Outcome, Later<'r>> {
+        let Some(opts) = req.location.cgi.as_ref() else {
+            return Ok(Outcome::Declined);
+        };
+        let Ok(path) = std::str::from_utf8(req.path) else {
+            return Ok(Outcome::Declined);
+        };
+        let Some((program, path_info)) = env::split_program(path, &req.location.prefix) else {
+            return Ok(Outcome::Declined);
+        };
+        let file = opts.root.join(program);
+        let Ok(meta) = std::fs::metadata(&file) else {
+            return Ok(Outcome::Declined);
+        };
+        if !meta.is_file() {
+            return Ok(Outcome::Declined);
+        }
+        if std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 == 0 {
+            return Ok(Outcome::Respond(error_response(403)));
+        }
+        Err(Box::pin(run(
+            req,
+            file,
+            program.to_string(),
+            path_info.to_string(),
+        )))
+    }
+}
+
+fn bad_gateway(script: &str, why: impl std::fmt::Display) -> Outcome {
+    Outcome::Fail(Failure::new(
+        Side::Upstream,
+        FailKind::Invalid,
+        format!("cgi {script}: {why}"),
+    ))
+}
+
+async fn run(
+    req: &Request<'_>,
+    file: std::path::PathBuf,
+    program: String,
+    path_info: String,
+) -> Outcome {
+    let opts = req.location.cgi.as_ref().expect("checked in produce");
+    let prefix = req.location.prefix.trim_end_matches('/');
+    let script_name = format!("{prefix}/{program}");
+    let host = req
+        .head
+        .host
+        .and_then(|h| std::str::from_utf8(h).ok())
+        .map(|h| {
+            h.rsplit_once(':')
+                .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
+                .map_or(h, |(n, _)| n)
+        })
+        .unwrap_or("");
+    let content_length = match req.head.framing {
+        ramjet_http1::BodyFraming::Length(n) => Some(n),
+        _ => None,
+    };
+    let chunked = matches!(req.head.framing, ramjet_http1::BodyFraming::Chunked);
+    // The whole body first (the location's max_body bounds it): a program reads stdin as
+    // fast as it likes, and a client that stalls holds no process.
+    let mut body = Vec::new();
+    loop {
+        match req.body.next().await {
+            Ok(Some(piece)) => body.extend_from_slice(&piece),
+            Ok(None) => break,
+            Err(e) => {
+                let kind = match e.status() {
+                    408 => FailKind::Timeout,
+                    413 => FailKind::TooLarge,
+                    _ => FailKind::Closed,
+                };
+                return Outcome::Fail(Failure::new(
+                    Side::Downstream,
+                    kind,
+                    format!("cgi {script_name}: request body: {e:?}"),
+                ));
+            }
+        }
+    }
+    let content_length = if chunked {
+        Some(body.len() as u64)
+    } else {
+        content_length
+    };
+    let Some(permit) = Permit::take(req.config.limits.cgi_processes) else {
+        return Outcome::Respond(error_response(503).header("Retry-After", b"1"));
+    };
+    let file_s = file.display().to_string();
+    let env = env::environment(
+        &env::Request {
+            method: req.head.method_token,
+            protocol: req.head.version.as_str(),
+            script_name: &script_name,
+            script_filename: &file_s,
+            path_info: &path_info,
+            query: req.query.unwrap_or(""),
+            request_uri: req.head.path,
+            server_name: host,
+            server_addr: req.listener,
+            remote_addr: req.client,
+            content_length,
+            fields: req.head.fields().collect(),
+        },
+        &opts.env,
+    );
+    let has_body = !body.is_empty();
+    let mut child = match Command::new(&file)
+        .current_dir(&opts.root)
+        .env_clear()
+        .envs(env)
+        .stdin(if has_body {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => return bad_gateway(&script_name, format!("could not start: {e}")),
+    };
+    if let Some(stderr) = child.stderr.take() {
+        let name = script_name.clone();
+        tokio::spawn(async move {
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::warn!("cgi {name}: {line}");
+            }
+        });
+    }
+    let Some(mut stdout) = child.stdout.take() else {
+        return bad_gateway(&script_name, "no stdout");
+    };
+    let timeout = req.config.timeouts.cgi;
+    // The body goes to stdin from a task of its own, so a program that writes before it
+    // has read all of it blocks neither itself nor this connection.
+    if let Some(mut stdin) = child.stdin.take() {
+        tokio::spawn(async move {
+            let _ = stdin.write_all(&body).await;
+        });
+    }
+    let got = tokio::time::timeout(timeout, read_head(&mut stdout))
+        .await
+        .ok();
+    let (buf, end) = match got {
+        None => {
+            let _ = child.start_kill();
+            return Outcome::Fail(Failure::new(
+                Side::Upstream,
+                FailKind::Timeout,
+                format!("cgi {script_name}: no header within {timeout:?}; killed"),
+            ));
+        }
+        Some(Err(e)) => return bad_gateway(&script_name, format!("reading its output: {e}")),
+        Some(Ok((buf, None))) => {
+            let status = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
+            let why = match status {
+                Ok(Ok(s)) if !s.success() => format!("ended ({s}) before its header"),
+                _ if buf.len() >= output::MAX_HEAD => {
+                    format!("header over {} bytes", output::MAX_HEAD)
+                }
+                _ => "output ended before its header".to_string(),
+            };
+            return bad_gateway(&script_name, why);
+        }
+        Some(Ok((buf, Some(end)))) => (buf, end),
+    };
+    let head = match output::parse(&buf, end) {
+        Ok(h) => h,
+        Err(e) => return bad_gateway(&script_name, e),
+    };
+    let first = Bytes::copy_from_slice(&buf[head.end..]);
+    let source = CgiBody {
+        first: (!first.is_empty()).then_some(first),
+        stdout,
+        _child: child,
+        _permit: permit,
+        idle: timeout,
+        sleep: Box::pin(tokio::time::sleep(timeout)),
+        length: head.length,
+        script: script_name,
+    };
+    let mut r = Response::new(head.status, Body::Stream(Box::new(source)));
+    r.headers = head.lines;
+    Outcome::Respond(r)
+}
+
+/// Read until the header section's end (or EOF, or too much): the bytes read and where
+/// the head ends.
+async fn read_head(stdout: &mut ChildStdout) -> io::Result<(Vec<u8>, Option<usize>)> {
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(end) = output::head_end(&buf) {
+            return Ok((buf, Some(end)));
+        }
+        if buf.len() >= output::MAX_HEAD {
+            return Ok((buf, None));
+        }
+        let n = stdout.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok((buf, None));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The program's output after its head, as the socket takes it; the process is killed if
+/// the client goes away first (the body is dropped) or the program stays silent too long.
+struct CgiBody {
+    first: Option<Bytes>,
+    stdout: ChildStdout,
+    _child: Child,
+    _permit: Permit,
+    idle: Duration,
+    sleep: Pin<Box<Sleep>>,
+    length: Option<u64>,
+    script: String,
+}
+
+impl BodySource for CgiBody {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<io::Result<Bytes>>> {
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(Some(Ok(first)));
+        }
+        let mut chunk = vec![0u8; 64 * 1024];
+        let mut rb = ReadBuf::new(&mut chunk);
+        match Pin::new(&mut self.stdout).poll_read(cx, &mut rb) {
+            Poll::Ready(Ok(())) => {
+                let n = rb.filled().len();
+                if n == 0 {
+                    return Poll::Ready(None);
+                }
+                let deadline = tokio::time::Instant::now() + self.idle;
+                self.sleep.as_mut().reset(deadline);
+                chunk.truncate(n);
+                Poll::Ready(Some(Ok(Bytes::from(chunk))))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+            Poll::Pending => match self.sleep.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    tracing::error!(
+                        "cgi {}: silent for {:?} in its body; killed",
+                        self.script,
+                        self.idle
+                    );
+                    Poll::Ready(Some(Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "cgi timeout",
+                    ))))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn length(&self) -> Option<u64> {
+        self.length
+    }
+}
