@@ -88,6 +88,10 @@ struct RunArgs {
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
+    /// Search LO:HI[:STEP] for the most connections that still give a valid run (one
+    /// iteration per probe, bisecting to STEP, default 50), then run the iterations there.
+    #[arg(long, value_name = "LO:HI[:STEP]")]
+    find_max: Option<String>,
 }
 
 pub fn specweb(args: SpecwebArgs) -> anyhow::Result<()> {
@@ -103,7 +107,59 @@ pub fn specweb(args: SpecwebArgs) -> anyhow::Result<()> {
     }
 }
 
+/// Bisect `LO:HI[:STEP]` for the most connections with a valid iteration.
+fn find_max(spec: &SpecwebSpec, range: &str) -> anyhow::Result<usize> {
+    let parts: Vec<usize> = range
+        .split(':')
+        .map(|p| p.parse::<usize>())
+        .collect::<Result<_, _>>()
+        .map_err(|_| anyhow::anyhow!("--find-max {range}: expected LO:HI[:STEP]"))?;
+    let (mut lo, mut hi, step) = match parts[..] {
+        [lo, hi] => (lo, hi, 50),
+        [lo, hi, step] => (lo, hi, step.max(1)),
+        _ => bail!("--find-max {range}: expected LO:HI[:STEP]"),
+    };
+    if lo == 0 || hi <= lo {
+        bail!("--find-max {range}: needs 0 < LO < HI");
+    }
+    let probe = |n: usize| -> anyhow::Result<bool> {
+        let mut s = spec.clone();
+        s.connections = n;
+        s.fileset_connections = s.fileset_connections.max(n as u64);
+        let it = specweb::run_iteration(&s).map_err(|e| anyhow::anyhow!("{n} connections: {e}"))?;
+        // On stderr, so --json output stays one document.
+        eprintln!(
+            "probe {n} connections: {} conforming, {:.1} ops/s, {}",
+            it.conforming,
+            it.ops_per_sec,
+            if it.valid {
+                "valid".to_string()
+            } else {
+                format!("invalid: {}", it.reasons.join("; "))
+            }
+        );
+        Ok(it.valid)
+    };
+    if !probe(lo)? {
+        bail!("--find-max: {lo} connections already give an invalid run");
+    }
+    if probe(hi)? {
+        return Ok(hi);
+    }
+    while hi - lo > step {
+        let mid = lo + (hi - lo) / 2;
+        if probe(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(lo)
+}
+
 fn run_cmd(a: &RunArgs) -> anyhow::Result<()> {
+    // Thousands of connections need the descriptors for them.
+    let _ = ramjet_runtime::sys::raise_nofile_limit(1 << 20);
     let target = ramjet_bench::Target::parse(a.url.trim_end_matches('/'))
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.url))?;
     if a.connections == 0 || a.iterations == 0 {
@@ -123,6 +179,10 @@ fn run_cmd(a: &RunArgs) -> anyhow::Result<()> {
         threads: a.threads,
         timeout: a.timeout,
     };
+    if let Some(range) = &a.find_max {
+        spec.connections = find_max(&spec, range)?;
+        spec.fileset_connections = spec.fileset_connections.max(spec.connections as u64);
+    }
     let iterations = if a.compliant { 3 } else { a.iterations };
     let mut results = Vec::new();
     for i in 0..iterations {
