@@ -15,6 +15,7 @@ conforming connections, ops/s, the per-class table, and ramjet's CPU per operati
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -27,8 +28,9 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid):
+    """The process's CPU and its reaped children's (the CGI processes)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return sum(int(f) for f in fields[11:15]) / TICK
 
 
 def mem_total_gib():
@@ -86,9 +88,12 @@ def main():
             raise SystemExit(search.stderr)
         found = json.loads(search.stdout)["median"]["connections"]
         cpu0 = cpu_seconds(server.pid)
+        client0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         final = subprocess.run(client + ["-c", str(found), "--iterations", str(args.iterations)],
                                capture_output=True, text=True)
         cpu1 = cpu_seconds(server.pid)
+        client1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        client_cpu = (client1.ru_utime + client1.ru_stime) - (client0.ru_utime + client0.ru_stime)
         if final.returncode != 0:
             raise SystemExit(final.stderr)
         result = json.loads(final.stdout)
@@ -114,9 +119,10 @@ def main():
              f"**Result: {result['conforming']} conforming connections** (median of {len(its)} at "
              f"{found} connections), {'VALID' if result['valid'] else 'INVALID'}; "
              f"{m['ops_per_sec']:.0f} ops/s.", "",
-             f"ramjet CPU (1 worker): {cpu_util * 100:.0f}% of CPU 0 over the final iterations, "
-             f"about {(cpu1 - cpu0) / max(ops, 1) * 1e6 * args.run / (args.warmup + args.run + args.rampdown):.0f} "
-             f"µs per operation.", "",
+             f"ramjet CPU (1 worker, with its CGI processes): {cpu_util * 100:.0f}% of CPU 0 over the "
+             f"final iterations (warm-ups and ramp-downs included), about "
+             f"{(cpu1 - cpu0) / max(ops, 1) * 1e6 * args.run / (args.warmup + args.run + args.rampdown):.0f} "
+             f"µs per operation; the client: {client_cpu / total_secs * 100:.0f}% of CPU 1.", "",
              "| iteration | connections | conforming | ops/s | valid | reasons |", "|---|---:|---:|---:|---|---|"]
     for k, i in enumerate(its):
         lines.append(f"| {k + 1} | {i['connections']} | {i['conforming']} | {i['ops_per_sec']:.0f} | "
