@@ -10,3 +10,11 @@ mod handler;
 mod output;
 
 pub use handler::Cgi;
+pub use output::Head;
+
+/// Parse the header section at the start of a program's output: `None` while it is
+/// incomplete (no empty line yet), else the head or what is wrong with it.
+pub fn parse_head(output: &[u8]) -> Option<Result<Head, String>> {
+    let end = output::head_end(output)?;
+    Some(output::parse(output, end))
+}

@@ -175,13 +175,14 @@ fn form_decode(s: &str) -> String {
 }
 
 /// The fields of a POST body, by name, in any order.
-struct PostForm {
+pub struct PostForm {
     urlroot: String,
     object: Object,
     client: u64,
 }
 
-fn parse_post(body: &[u8]) -> Option<PostForm> {
+/// Parse a POST body (`urlroot`, `dir`, `class`, `num`, `client`, URL-encoded, any order).
+pub fn parse_post(body: &[u8]) -> Option<PostForm> {
     let body = std::str::from_utf8(body).ok()?.trim_end();
     let (mut urlroot, mut dir, mut class, mut num, mut client) = (None, None, None, None, None);
     for pair in body.split('&') {
