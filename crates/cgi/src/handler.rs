@@ -66,15 +66,6 @@ impl Content for Cgi {
             return Ok(Outcome::Declined);
         };
         let file = opts.root.join(program);
-        let Ok(meta) = std::fs::metadata(&file) else {
-            return Ok(Outcome::Declined);
-        };
-        if !meta.is_file() {
-            return Ok(Outcome::Declined);
-        }
-        if std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 == 0 {
-            return Ok(Outcome::Respond(error_response(403)));
-        }
         Err(Box::pin(run(
             req,
             file,
@@ -99,6 +90,19 @@ async fn run(
     path_info: String,
 ) -> Outcome {
     let opts = req.location.cgi.as_ref().expect("checked in produce");
+    // Is it there, and a program? Asked on the blocking pool: the event loop never waits
+    // for the disk.
+    let path = file.clone();
+    let meta = ramjet_observe::stats::blocking(move || std::fs::metadata(path)).await;
+    let Ok(Ok(meta)) = meta else {
+        return Outcome::Declined;
+    };
+    if !meta.is_file() {
+        return Outcome::Declined;
+    }
+    if std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 == 0 {
+        return Outcome::Respond(error_response(403));
+    }
     let prefix = req.location.prefix.trim_end_matches('/');
     let script_name = format!("{prefix}/{program}");
     let host = req
