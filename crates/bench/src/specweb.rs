@@ -118,7 +118,7 @@ async fn command(spec: &SpecwebSpec, query: &str) -> Result<Vec<u8>, String> {
     if got.status != 200 {
         return Err(format!("status {}", got.status));
     }
-    Ok(got.body)
+    Ok(buf[got.head_len..got.total].to_vec())
 }
 
 /// The records of a Fetch reply: the count line and the records between `<pre>` and

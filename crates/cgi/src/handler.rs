@@ -108,12 +108,7 @@ async fn run(
     let host = req
         .head
         .host
-        .and_then(|h| std::str::from_utf8(h).ok())
-        .map(|h| {
-            h.rsplit_once(':')
-                .filter(|(_, p)| p.bytes().all(|b| b.is_ascii_digit()))
-                .map_or(h, |(n, _)| n)
-        })
+        .and_then(|h| std::str::from_utf8(ramjet_config::strip_port(h)).ok())
         .unwrap_or("");
     let content_length = match req.head.framing {
         ramjet_http1::BodyFraming::Length(n) => Some(n),
@@ -239,6 +234,7 @@ async fn run(
     let source = CgiBody {
         first: (!first.is_empty()).then_some(first),
         stdout,
+        scratch: vec![0u8; 64 * 1024].into_boxed_slice(),
         _child: child,
         _permit: permit,
         idle: timeout,
@@ -276,6 +272,9 @@ async fn read_head(stdout: &mut ChildStdout) -> io::Result<(Vec<u8>, Option<usiz
 struct CgiBody {
     first: Option<Bytes>,
     stdout: ChildStdout,
+    /// What each read lands in, made once: a piece is a copy of what was read, so a
+    /// short read neither allocates nor keeps a whole buffer alive.
+    scratch: Box<[u8]>,
     _child: Child,
     _permit: Permit,
     idle: Duration,
@@ -289,18 +288,17 @@ impl BodySource for CgiBody {
         if let Some(first) = self.first.take() {
             return Poll::Ready(Some(Ok(first)));
         }
-        let mut chunk = vec![0u8; 64 * 1024];
-        let mut rb = ReadBuf::new(&mut chunk);
-        match Pin::new(&mut self.stdout).poll_read(cx, &mut rb) {
+        let this = &mut *self;
+        let mut rb = ReadBuf::new(&mut this.scratch);
+        match Pin::new(&mut this.stdout).poll_read(cx, &mut rb) {
             Poll::Ready(Ok(())) => {
-                let n = rb.filled().len();
-                if n == 0 {
+                let piece = Bytes::copy_from_slice(rb.filled());
+                if piece.is_empty() {
                     return Poll::Ready(None);
                 }
                 let deadline = tokio::time::Instant::now() + self.idle;
                 self.sleep.as_mut().reset(deadline);
-                chunk.truncate(n);
-                Poll::Ready(Some(Ok(Bytes::from(chunk))))
+                Poll::Ready(Some(Ok(piece)))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
             Poll::Pending => match self.sleep.as_mut().poll(cx) {

@@ -31,7 +31,8 @@ pub use module::{set_module_starter, ModuleError, ModuleInstance, ModuleMount, M
 pub use protect::BasicAuth;
 pub use resolve::{for_directory, load_file, load_str};
 pub use resolved::{
-    CgiOptions, FileCacheOptions, Limits, Location, RedirectOptions, Resolved, Timeouts, VHost,
+    strip_port, CgiOptions, FileCacheOptions, Limits, Location, RedirectOptions, Resolved,
+    Timeouts, VHost,
 };
 pub use shaping::Shaping;
 pub use statics::{Encoding, StaticOptions, SymlinkPolicy, DEFAULT_MAX_RANGES};

@@ -190,7 +190,8 @@ impl Resolved {
     }
 }
 
-fn strip_port(host: &[u8]) -> &[u8] {
+/// A Host value without its port (`[::1]:80` -> `[::1]`, `a.com:80` -> `a.com`).
+pub fn strip_port(host: &[u8]) -> &[u8] {
     if host.first() == Some(&b'[') {
         let end = host
             .iter()

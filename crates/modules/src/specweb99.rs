@@ -20,7 +20,6 @@
 //! 17-byte substitutions between the ranges.
 
 mod files;
-mod frame;
 mod postlog;
 
 use std::path::PathBuf;
@@ -29,6 +28,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use ramjet_config::ModuleError;
+use ramjet_specweb::frame;
 use ramjet_specweb::postlog::Post;
 use ramjet_specweb::tables::{self, Ad, AdParams};
 use serde::Deserialize;
@@ -209,33 +209,36 @@ pub fn parse_post(body: &[u8]) -> Option<PostForm> {
 }
 
 impl Worker {
-    /// The frame's head for this request.
-    fn head(&self, req: &ModuleRequest<'_>) -> Bytes {
+    /// A 200 reply: the frame's head for this request, what `fill` adds, the frame's tail.
+    fn frame(&self, req: &ModuleRequest<'_>, fill: impl FnOnce(&mut Reply)) -> Reply {
         let script = std::str::from_utf8(req.path()).unwrap_or("");
-        Bytes::from(frame::head(
+        let head = frame::head(
             &self.shared.server,
             &req.client().ip().to_string(),
             script,
             req.query().unwrap_or(""),
-        ))
+        );
+        let mut reply = Reply::new(200)
+            .header("Content-Type", "text/html")
+            .bytes(head);
+        fill(&mut reply);
+        reply.bytes(Bytes::from_static(frame::TAIL))
     }
 
     /// The framed reply for `file`, with each ad placeholder replaced by `ad`'s target.
     fn framed(&self, req: &ModuleRequest<'_>, file: &Opened, ad: Option<u32>) -> Reply {
-        let mut reply = Reply::new(200).header("Content-Type", "text/html");
-        reply.push_bytes(self.head(req));
-        let mut at = 0;
-        if let Some(ad) = ad {
-            let target = Bytes::copy_from_slice(&tables::ad_target(ad));
-            for &p in &file.placeholders {
-                reply.push_file(file.file.clone(), at, p - at);
-                reply.push_bytes(target.clone());
-                at = p + target.len() as u64;
+        self.frame(req, |reply| {
+            let mut at = 0;
+            if let Some(ad) = ad {
+                let target = Bytes::copy_from_slice(&tables::ad_target(ad));
+                for &p in &file.placeholders {
+                    reply.push_file(file.file.clone(), at, p - at);
+                    reply.push_bytes(target.clone());
+                    at = p + target.len() as u64;
+                }
             }
-        }
-        reply.push_file(file.file.clone(), at, file.len - at);
-        reply.push_bytes(Bytes::from_static(frame::TAIL));
-        reply
+            reply.push_file(file.file.clone(), at, file.len - at);
+        })
     }
 
     /// An object's open file: from this worker's cache, or opened on the blocking pool.
@@ -380,7 +383,7 @@ impl Worker {
                 let shared = self.shared.clone();
                 let done = blocking(move || shared.reset(maxload, &p)).await;
                 match done {
-                    Some(Ok(())) => self.framed_bytes(req, Bytes::new()),
+                    Some(Ok(())) => self.frame(req, |_| {}),
                     Some(Err(e)) => Reply::text(500, format!("Reset failed: {e}\n")),
                     None => Reply::text(500, "Reset failed\n"),
                 }
@@ -389,23 +392,13 @@ impl Worker {
                 let (file, count) = self.shared.log.snapshot();
                 let head = ramjet_specweb::postlog::header(count);
                 let len = count * ramjet_specweb::postlog::RECORD as u64;
-                let mut reply = Reply::new(200).header("Content-Type", "text/html");
-                reply.push_bytes(self.head(req));
-                reply.push_bytes(Bytes::copy_from_slice(&head));
-                reply.push_file(file, ramjet_specweb::postlog::HEADER as u64, len);
-                reply.push_bytes(Bytes::from_static(frame::TAIL));
-                reply
+                self.frame(req, |reply| {
+                    reply.push_bytes(Bytes::copy_from_slice(&head));
+                    reply.push_file(file, ramjet_specweb::postlog::HEADER as u64, len);
+                })
             }
             _ => Reply::text(400, format!("unknown command `{name}`\n")),
         }
-    }
-
-    fn framed_bytes(&self, req: &ModuleRequest<'_>, body: Bytes) -> Reply {
-        Reply::new(200)
-            .header("Content-Type", "text/html")
-            .bytes(self.head(req))
-            .bytes(body)
-            .bytes(Bytes::from_static(frame::TAIL))
     }
 }
 

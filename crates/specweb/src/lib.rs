@@ -5,6 +5,7 @@
 
 pub mod deck;
 pub mod fileset;
+pub mod frame;
 pub mod postlog;
 pub mod rng;
 pub mod tables;

@@ -3,6 +3,7 @@
 //! substitution.
 
 use ramjet_specweb::fileset::{file_name, file_size, tags_in_class};
+use ramjet_specweb::frame::TAIL;
 use ramjet_specweb::tables::{ad_target, ADS, MAX_AD_WEIGHT};
 
 /// The kinds of request in the mix.
@@ -42,9 +43,6 @@ pub struct Sent {
     /// The user of a CAD or POST.
     pub user: u64,
 }
-
-/// The tail of every dynamic reply.
-const TAIL: &[u8] = b"\n</pre>\n</body></html>\n";
 
 fn set_cookie<'a>(head: &'a str, name: &str) -> Option<&'a str> {
     head.lines().find_map(|l| {

@@ -64,6 +64,23 @@ pub struct LgStats {
 }
 
 impl LgStats {
+    /// Count one operation of the measurement interval: `secs` is its (rated) time.
+    fn record(&mut self, e: Entry, op: Op, bytes: u64, secs: f64, verdict: Result<(), &str>) {
+        let c = e.class as usize;
+        self.class_ops[c] += 1;
+        self.class_bytes[c] += bytes;
+        self.class_time[c] += secs;
+        self.op_ops[op_index(op)] += 1;
+        if let Err(why) = verdict {
+            self.class_errors[c] += 1;
+            self.op_errors[op_index(op)] += 1;
+            if self.errors.len() < KEPT_ERRORS {
+                let name = file_name(u64::from(e.dir), e.class, e.num);
+                self.errors.push(format!("{} {name}: {why}", op.name()));
+            }
+        }
+    }
+
     /// Bits per second over the interval.
     pub fn bit_rate(&self) -> f64 {
         let t: f64 = self.class_time.iter().sum();
@@ -163,16 +180,17 @@ fn request(
     (text.into_bytes(), sent)
 }
 
-/// A reply read whole.
+/// A reply read whole into the caller's buffer: where its parts are.
 pub struct Got {
     pub status: u16,
-    pub head: String,
-    pub body: Vec<u8>,
-    pub bytes: u64,
+    /// The head is `buf[..head_len]`, the body `buf[head_len..total]`.
+    pub head_len: usize,
+    pub total: usize,
     pub keep_alive: bool,
 }
 
-/// Send `req` and read its reply (which must carry a Content-Length).
+/// Send `req` and read its reply (which must carry a Content-Length) into `buf`, read
+/// straight into its spare room.
 pub async fn exchange(
     stream: &mut TcpStream,
     req: &[u8],
@@ -183,43 +201,37 @@ pub async fn exchange(
         .await
         .map_err(|e| format!("send: {e}"))?;
     buf.clear();
-    let mut chunk = vec![0u8; 64 * 1024];
     let head = loop {
         match parse_response_head(buf, false) {
             ResponseParse::Complete(h) => break h,
             ResponseParse::Invalid => return Err("invalid response head".into()),
             ResponseParse::Partial => {}
         }
-        let n = stream
-            .read(&mut chunk)
-            .await
-            .map_err(|e| format!("read: {e}"))?;
-        if n == 0 {
+        if read_more(stream, buf).await? == 0 {
             return Err("connection closed before the head".into());
         }
-        buf.extend_from_slice(&chunk[..n]);
     };
     let BodyFraming::Length(len) = head.framing else {
         return Err("a reply without Content-Length".into());
     };
     let total = head.head_len + len as usize;
     while buf.len() < total {
-        let n = stream
-            .read(&mut chunk)
-            .await
-            .map_err(|e| format!("read: {e}"))?;
-        if n == 0 {
+        if read_more(stream, buf).await? == 0 {
             return Err("connection closed in the body".into());
         }
-        buf.extend_from_slice(&chunk[..n]);
     }
     Ok(Got {
         status: head.status,
-        head: String::from_utf8_lossy(&buf[..head.head_len]).into_owned(),
-        body: buf[head.head_len..total].to_vec(),
-        bytes: total as u64,
+        head_len: head.head_len,
+        total,
         keep_alive: head.keep_alive,
     })
+}
+
+/// One read appended to `buf`.
+async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<usize, String> {
+    buf.reserve(64 * 1024);
+    stream.read_buf(buf).await.map_err(|e| format!("read: {e}"))
 }
 
 /// Entries of one deck. The port's client uses 1000 (the real client's size is
@@ -276,11 +288,11 @@ pub async fn run(index: usize, s: Arc<Shared>, deck: Rc<RefCell<Deck>>) -> LgSta
             _ => {
                 // A failed connect is an error of the request it was for.
                 let e = deck.borrow_mut().draw(&s);
+                let op = draw_op(&mut rng, s.cgi.is_some());
                 let now = Instant::now();
                 if now >= s.warm_end && now < s.run_end {
-                    st.class_ops[e.class as usize] += 1;
-                    st.class_errors[e.class as usize] += 1;
-                    st.class_time[e.class as usize] += s.timeout.as_secs_f64().min(1.0);
+                    let secs = s.timeout.as_secs_f64().min(1.0);
+                    st.record(e, op, 0, secs, Err("connect failed"));
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
@@ -301,11 +313,12 @@ pub async fn run(index: usize, s: Arc<Shared>, deck: Rc<RefCell<Deck>>) -> LgSta
                 .unwrap_or_else(|_| Err("timeout".into()));
             let elapsed = t0.elapsed();
             let (bytes, verdict, keep) = match &got {
-                Ok(g) => (
-                    g.bytes,
-                    check(&sent, g.status, &g.head, &g.body, &s.expired),
-                    g.keep_alive,
-                ),
+                Ok(g) => {
+                    let head = String::from_utf8_lossy(&buf[..g.head_len]);
+                    let body = &buf[g.head_len..g.total];
+                    let verdict = check(&sent, g.status, &head, body, &s.expired);
+                    (g.total as u64, verdict, g.keep_alive)
+                }
                 Err(e) => (0, Err(e.clone()), false),
             };
             if op == Op::Post {
@@ -317,22 +330,14 @@ pub async fn run(index: usize, s: Arc<Shared>, deck: Rc<RefCell<Deck>>) -> LgSta
             }
             let rated = Duration::from_secs_f64(bytes as f64 * 8.0 / LINE_SPEED);
             if t0 >= s.warm_end && t0 < s.run_end {
-                let c = e.class as usize;
-                st.class_ops[c] += 1;
-                st.class_bytes[c] += bytes;
-                st.class_time[c] += elapsed.max(rated).as_secs_f64();
-                st.op_ops[op_index(op)] += 1;
-                if let Err(why) = &verdict {
-                    st.class_errors[c] += 1;
-                    st.op_errors[op_index(op)] += 1;
-                    if st.errors.len() < KEPT_ERRORS {
-                        st.errors.push(format!(
-                            "{} {}: {why}",
-                            op.name(),
-                            file_name(u64::from(e.dir), e.class, e.num)
-                        ));
-                    }
-                }
+                let secs = elapsed.max(rated).as_secs_f64();
+                st.record(
+                    e,
+                    op,
+                    bytes,
+                    secs,
+                    verdict.as_ref().map(|_| ()).map_err(String::as_str),
+                );
             }
             tokio::time::sleep_until((t0 + rated).into()).await;
             if got.is_err() || !keep {

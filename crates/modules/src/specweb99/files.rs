@@ -64,7 +64,10 @@ pub fn open(root: &Path, o: Object) -> std::io::Result<Opened> {
     let len = file.metadata()?.len();
     let mut placeholders = Vec::new();
     if o.class == 1 || o.class == 2 {
-        let bytes = std::fs::read(&path)?;
+        let mut bytes = Vec::with_capacity(len as usize);
+        // From the descriptor already open (replies send ranges by offset, so its
+        // position does not matter).
+        std::io::Read::read_to_end(&mut &file, &mut bytes)?;
         let mut at = 0;
         while let Some(i) = memchr::memmem::find(&bytes[at..], &AD_TAG[..AD_PLACEHOLDER_AT]) {
             let p = at + i + AD_PLACEHOLDER_AT;

@@ -1,4 +1,5 @@
-//! The frame around every SPECweb99 dynamic reply (specweb99.md §3.1).
+//! The frame around every SPECweb99 dynamic reply (specweb99.md §3.1): written by the
+//! module, checked by the client.
 //!
 //! The spec shows the file's bytes on the lines between `<pre>` and `</pre>`; a file need
 //! not end with a newline, so, as TUX's module does, a newline comes before `</pre>`
