@@ -2,6 +2,8 @@
 
 use std::process::Command;
 
+use ramjet_specweb::fileset::file_name;
+use ramjet_specweb::postlog;
 use ramjet_testkit::Server;
 
 fn fileset(args: &[&str]) -> std::process::Output {
@@ -107,11 +109,26 @@ fn specweb_server(damage: Option<&str>) -> Server {
         std::fs::write(&p, b).unwrap();
     }
     std::fs::create_dir(dir.path().join("data")).unwrap();
+    std::fs::create_dir(dir.path().join("cgi-data")).unwrap();
+    // The module, and the same workload as CGI programs (what Apache runs), each with its
+    // own tables and post log.
     Server::start(
         crate::BIN,
         dir,
-        "[[location]]\nroot = \"www\"\n[[location]]\npath = \"/specweb99\"\nmodule = \"specweb99\"\n[location.module_config]\nroot = \"{dir}/www\"\ndata_dir = \"{dir}/data\"\n",
+        &format!(
+            "[[location]]\nroot = \"www\"\n[[location]]\npath = \"/specweb99\"\nmodule = \"specweb99\"\n[location.module_config]\nroot = \"{{dir}}/www\"\ndata_dir = \"{{dir}}/data\"\n\
+             [[location]]\npath = \"/cgi-bin/\"\ncgi_root = \"{}\"\n\
+             cgi_env = {{ SPECWEB_ROOT = \"{{dir}}/www\", SPECWEB_DATA = \"{{dir}}/cgi-data\", SPECWEB_SERVER = \"ramjet\" }}\n",
+            integrations().display()
+        ),
     )
+}
+
+fn integrations() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../integrations/specweb99")
+        .canonicalize()
+        .unwrap()
 }
 
 fn run_client(server: &Server, args: &[&str]) -> serde_json::Value {
@@ -178,4 +195,138 @@ fn a_wrong_byte_in_replies_makes_the_run_invalid_with_the_reason() {
         errors.contains("dir00000/class1_4") && errors.contains("bad url name"),
         "{errors}"
     );
+}
+
+/// One request on a new connection: status, the Set-Cookie value, and the body with the
+/// SCRIPT_NAME line (the one line that differs by design) taken out.
+fn ask(s: &Server, head: &str, body: &str) -> (u16, Option<String>, Vec<u8>) {
+    let mut c = s.client();
+    c.send(
+        format!(
+            "{head}Host: t\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    let r = c.response(false);
+    let text = r.body.clone();
+    let script = text.windows(17).position(|w| w == b"<p>SCRIPT_NAME = ");
+    let body = match script {
+        Some(at) => {
+            let end = at + text[at..].iter().position(|&b| b == b'\n').unwrap() + 1;
+            [&text[..at], &text[end..]].concat()
+        }
+        None => text,
+    };
+    (r.status, r.header("set-cookie"), body)
+}
+
+#[test]
+fn the_dynamic_cgi_answers_every_request_as_the_module_does() {
+    let s = specweb_server(None);
+    let module = "/specweb99";
+    let cgi = "/cgi-bin/specweb99-dynamic.pl";
+    let reset = "?command/Reset&maxload=40&pttime=100&maxthread=30&exp=5,105&urlroot=/file_set/";
+    for script in [module, cgi] {
+        let (status, _, _) = ask(&s, &format!("GET {script}{reset} HTTP/1.1\r\n"), "");
+        assert_eq!(status, 200, "{script}");
+    }
+    // The tables: the users byte for byte; the ads too but for the expiry times, which
+    // come from each one's clock.
+    let read = |d: &str, f: &str| std::fs::read(s.path(d).join(f)).unwrap();
+    assert_eq!(
+        read("data", "User.Personality"),
+        read("cgi-data", "User.Personality")
+    );
+    let ads = |d: &str| ramjet_specweb::tables::parse_ads(&read(d, "Custom.Ads")).unwrap();
+    let (a, b) = (ads("data"), ads("cgi-data"));
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(
+            (x.demographics, x.weightings, x.min_match),
+            (y.demographics, y.weightings, y.min_match)
+        );
+        assert!((x.expiry - y.expiry).abs() <= 2, "{x:?} {y:?}");
+    }
+    let mut heads = Vec::new();
+    for (d, c, n) in [(0, 0, 0), (3, 1, 4), (7, 2, 8), (24, 3, 1)] {
+        let q = format!("/{}", file_name(d, c, n));
+        heads.push((format!("GET {{}}?{q} HTTP/1.1\r\n"), String::new()));
+        for (user, last) in [(10000, 0), (10007, 359), (10039, 17), (10040, 3), (9999, 1)] {
+            heads.push((
+                format!(
+                    "GET {{}}?{q} HTTP/1.1\r\nCookie: my_cookie=user_id={user}&last_ad={last}\r\n"
+                ),
+                String::new(),
+            ));
+        }
+        heads.push((
+            format!("POST {{}} HTTP/1.1\r\nCookie: my_cookie=user_id=10012&last_ad=3\r\n"),
+            format!("num={n}&client=4&urlroot=%2Ffile_set%2F&class={c}&dir={d:05}"),
+        ));
+    }
+    heads.push((
+        "GET {}?/file_set/dir99999/class0_0 HTTP/1.1\r\n".into(),
+        String::new(),
+    ));
+    heads.push(("GET {}?/etc/passwd HTTP/1.1\r\n".into(), String::new()));
+    heads.push(("POST {} HTTP/1.1\r\n".into(), "dir=1".into()));
+    for (head, body) in &heads {
+        let m = ask(&s, &head.replace("{}", module), body);
+        let g = ask(&s, &head.replace("{}", cgi), body);
+        assert_eq!(m.0, g.0, "{head}");
+        if m.0 == 200 {
+            assert_eq!(m.1, g.1, "{head}");
+            assert!(m.2 == g.2, "{head}: bodies differ");
+        }
+    }
+    // The post logs hold the same records but for the time and process id.
+    let fetch = |script: &str| {
+        let (status, _, body) = ask(&s, &format!("GET {script}?command/Fetch HTTP/1.1\r\n"), "");
+        assert_eq!(status, 200);
+        let text = String::from_utf8(body).unwrap();
+        let pre = text
+            .split("<pre>\n")
+            .nth(1)
+            .unwrap()
+            .split("\n</pre>")
+            .next()
+            .unwrap()
+            .to_string();
+        let mut lines = pre.lines();
+        let count = lines.next().unwrap().trim().to_string();
+        let recs: Vec<_> = lines
+            .map(|l| {
+                let p = postlog::parse_record(l.as_bytes()).unwrap();
+                (
+                    p.recno, p.dir, p.class, p.num, p.client, p.filename, p.user_id,
+                )
+            })
+            .collect();
+        (count, recs)
+    };
+    let (m, g) = (fetch(module), fetch(cgi));
+    assert_eq!(m.0, "4");
+    assert_eq!(m, g);
+}
+
+#[test]
+fn the_client_gives_a_valid_run_against_the_dynamic_cgi() {
+    let s = specweb_server(None);
+    let r = run_client(
+        &s,
+        &[
+            "-c",
+            "4",
+            "--run",
+            "6s",
+            "--dynamic",
+            "/cgi-bin/specweb99-dynamic.pl",
+        ],
+    );
+    let m = &r["median"];
+    assert_eq!(r["valid"], true, "{:#}", m);
+    for row in m["ops_by_type"].as_array().unwrap() {
+        assert_eq!(row["errors"], 0, "{:#}", m);
+    }
+    assert_eq!(m["posts_sent"], m["post_log_records"]);
 }
