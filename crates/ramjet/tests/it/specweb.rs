@@ -260,7 +260,7 @@ fn the_dynamic_cgi_answers_every_request_as_the_module_does() {
             ));
         }
         heads.push((
-            format!("POST {{}} HTTP/1.1\r\nCookie: my_cookie=user_id=10012&last_ad=3\r\n"),
+            "POST {} HTTP/1.1\r\nCookie: my_cookie=user_id=10012&last_ad=3\r\n".to_string(),
             format!("num={n}&client=4&urlroot=%2Ffile_set%2F&class={c}&dir={d:05}"),
         ));
     }
