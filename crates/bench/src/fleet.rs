@@ -1,4 +1,4 @@
-//! Slow downloads over several processes: this machine allows 20,000 open files per process,
+//! Load over several processes (slow downloads, SPECweb99 clients). Slow downloads: this machine allows 20,000 open files per process,
 //! so 100,000 connections need at least five. Each child is `ramjet bench --slow ... --json`
 //! with its share of the connections; it prints a [`SlowReport`], which is merged here.
 
@@ -9,6 +9,21 @@ use crate::slow::SlowReport;
 /// Start every command, wait for all, merge their JSON reports. A child that fails or prints
 /// no report is an error naming it.
 pub fn run_processes(children: Vec<Command>) -> Result<SlowReport, String> {
+    let mut total: Option<SlowReport> = None;
+    for r in run_children::<SlowReport>(children)? {
+        match total.as_mut() {
+            Some(t) => t.merge(&r),
+            None => total = Some(r),
+        }
+    }
+    total.ok_or_else(|| "no processes".to_string())
+}
+
+/// Start every command, wait for all, and read the JSON each prints on stdout. A child
+/// that fails or prints no report is an error naming it.
+pub(crate) fn run_children<T: serde::de::DeserializeOwned>(
+    children: Vec<Command>,
+) -> Result<Vec<T>, String> {
     let mut running = Vec::with_capacity(children.len());
     for (k, mut cmd) in children.into_iter().enumerate() {
         let child = cmd
@@ -18,19 +33,14 @@ pub fn run_processes(children: Vec<Command>) -> Result<SlowReport, String> {
             .map_err(|e| format!("process {k}: {e}"))?;
         running.push(child);
     }
-    let mut total: Option<SlowReport> = None;
+    let mut reports = Vec::new();
     let mut failures = Vec::new();
     for (k, child) in running.into_iter().enumerate() {
         match child.wait_with_output() {
-            Ok(out) if out.status.success() => {
-                match serde_json::from_slice::<SlowReport>(&out.stdout) {
-                    Ok(r) => match total.as_mut() {
-                        Some(t) => t.merge(&r),
-                        None => total = Some(r),
-                    },
-                    Err(e) => failures.push(format!("process {k}: unreadable report: {e}")),
-                }
-            }
+            Ok(out) if out.status.success() => match serde_json::from_slice::<T>(&out.stdout) {
+                Ok(r) => reports.push(r),
+                Err(e) => failures.push(format!("process {k}: unreadable report: {e}")),
+            },
             Ok(out) => failures.push(format!("process {k} exited with {}", out.status)),
             Err(e) => failures.push(format!("process {k}: {e}")),
         }
@@ -38,5 +48,5 @@ pub fn run_processes(children: Vec<Command>) -> Result<SlowReport, String> {
     if !failures.is_empty() {
         return Err(failures.join("; "));
     }
-    total.ok_or_else(|| "no processes".to_string())
+    Ok(reports)
 }

@@ -380,13 +380,25 @@ async fn download(
 }
 
 async fn open(spec: &SlowSpec, source: Option<IpAddr>) -> std::io::Result<TcpStream> {
-    let addr = spec.target.addr;
+    connect_from(spec.target.addr, source, Some(spec.recv_buffer)).await
+}
+
+/// Connect to `addr` from `source` (any port of it; on IPv4 the port is picked at connect,
+/// so one source address holds a connection per port to each server), with a receive
+/// buffer of `recv_buffer` bytes if given.
+pub(crate) async fn connect_from(
+    addr: SocketAddr,
+    source: Option<IpAddr>,
+    recv_buffer: Option<u32>,
+) -> std::io::Result<TcpStream> {
     let socket = if addr.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
         TcpSocket::new_v6()?
     };
-    socket.set_recv_buffer_size(spec.recv_buffer)?;
+    if let Some(size) = recv_buffer {
+        socket.set_recv_buffer_size(size)?;
+    }
     if let Some(ip) = source {
         if ip.is_ipv4() {
             use std::os::fd::AsFd;

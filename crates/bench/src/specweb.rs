@@ -19,7 +19,8 @@ use serde::Serialize;
 use tokio::net::TcpStream;
 
 pub use check::Op;
-use loadgen::{LgStats, Shared};
+pub use loadgen::LgStats;
+use loadgen::Shared;
 
 /// A conforming connection's rate (`USER_SPEED_LIMIT`).
 pub const SPEED_LIMIT: f64 = 320_000.0;
@@ -52,6 +53,8 @@ pub struct SpecwebSpec {
     pub rampdown: Duration,
     pub threads: usize,
     pub timeout: Duration,
+    /// Source addresses, one per connection in turn (none: the kernel picks).
+    pub sources: Vec<std::net::IpAddr>,
 }
 
 /// Per class, over the measurement interval.
@@ -185,17 +188,37 @@ fn expired_starts(now: u64) -> (u32, u32) {
     }
 }
 
+/// Makes the client processes of an iteration for its plan.
+pub type SpawnParts<'a> = dyn Fn(&Plan) -> Vec<std::process::Command> + 'a;
+
+/// When and how one iteration's load runs: the same for every client process.
+#[derive(Debug, Clone, Copy)]
+pub struct Plan {
+    /// The warm-up starts, in milliseconds since the Unix epoch.
+    pub start_unix_ms: u64,
+    /// The starts of the two expired ad ranges the Reset made.
+    pub expired: (u32, u32),
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 /// Run one iteration: Reset, the load generators through warm-up, measurement and
-/// ramp-down, Fetch, and the verdict.
-pub fn run_iteration(spec: &SpecwebSpec) -> Result<Iteration, String> {
+/// ramp-down, Fetch, and the verdict. With `spawn`, the load runs in the client processes
+/// it makes for a plan (each `ramjet specweb run --part K/N ...`, printing its
+/// [`LgStats`] as JSON), as the kit's manager drives several clients.
+pub fn run_iteration(
+    spec: &SpecwebSpec,
+    spawn: Option<&SpawnParts<'_>>,
+) -> Result<Iteration, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (e1, e2) = expired_starts(now);
+    let (e1, e2) = expired_starts(unix_ms() / 1000);
     let pttime = (spec.warmup + spec.run + spec.rampdown).as_secs().max(1);
     let n = spec.connections;
     rt.block_on(command(
@@ -206,13 +229,46 @@ pub fn run_iteration(spec: &SpecwebSpec) -> Result<Iteration, String> {
         ),
     ))
     .map_err(|e| format!("Reset: {e}"))?;
+    let lgs = match spawn {
+        None => run_part(
+            spec,
+            0,
+            1,
+            &Plan {
+                start_unix_ms: unix_ms(),
+                expired: (e1, e2),
+            },
+        ),
+        Some(make) => {
+            // Time for every process to start before the warm-up begins.
+            let plan = Plan {
+                start_unix_ms: unix_ms() + 1000,
+                expired: (e1, e2),
+            };
+            crate::fleet::run_children::<Vec<LgStats>>(make(&plan))?
+                .into_iter()
+                .flatten()
+                .collect()
+        }
+    };
+    let fetched = rt.block_on(command(spec, "command/Fetch"));
+    Ok(evaluate(spec, &lgs, fetched))
+}
+
+/// The load generators of client process `part` of `parts` (connections `part`,
+/// `part + parts`, ...) from the plan's start until the ramp-down ends.
+pub fn run_part(spec: &SpecwebSpec, part: usize, parts: usize, plan: &Plan) -> Vec<LgStats> {
     let mut expired = vec![false; ADS as usize];
-    for start in [e1, e2] {
+    for start in [plan.expired.0, plan.expired.1] {
         for i in 0..SEARCH_INTERVAL {
             expired[((start + i) % ADS) as usize] = true;
         }
     }
+    let n = spec.connections;
     let dirs = dirs_for_connections(spec.fileset_connections.max(n as u64));
+    std::thread::sleep(Duration::from_millis(
+        plan.start_unix_ms.saturating_sub(unix_ms()),
+    ));
     let start = Instant::now();
     let warm_end = start + spec.warmup;
     let run_end = warm_end + spec.run;
@@ -227,18 +283,26 @@ pub fn run_iteration(spec: &SpecwebSpec) -> Result<Iteration, String> {
         files: Zipf::new(9, 1.0),
         expired,
         timeout: spec.timeout,
+        sources: spec.sources.clone(),
         warm_end,
         run_end,
         stop: run_end + spec.rampdown,
     });
-    let threads = spec.threads.max(1).min(n.max(1));
+    let mine: Arc<Vec<usize>> = Arc::new((part..n).step_by(parts.max(1)).collect());
+    let threads = spec.threads.max(1).min(mine.len().max(1));
     let per_thread = crate::threads::on_threads(threads, &[], move |t| {
         let shared = shared.clone();
+        let mine = mine.clone();
         async move {
-            let deck = std::rc::Rc::new(std::cell::RefCell::new(loadgen::Deck::new(t)));
-            let tasks: Vec<_> = (t..n)
+            // One deck per client thread, each seeded as its own client.
+            let deck = std::rc::Rc::new(std::cell::RefCell::new(loadgen::Deck::new(
+                part * threads + t,
+            )));
+            let tasks: Vec<_> = mine
+                .iter()
+                .skip(t)
                 .step_by(threads)
-                .map(|i| tokio::task::spawn_local(loadgen::run(i, shared.clone(), deck.clone())))
+                .map(|&i| tokio::task::spawn_local(loadgen::run(i, shared.clone(), deck.clone())))
                 .collect();
             let mut out = Vec::new();
             for t in tasks {
@@ -247,9 +311,7 @@ pub fn run_iteration(spec: &SpecwebSpec) -> Result<Iteration, String> {
             out
         }
     });
-    let lgs: Vec<LgStats> = per_thread.into_iter().flatten().collect();
-    let fetched = rt.block_on(command(spec, "command/Fetch"));
-    Ok(evaluate(spec, &lgs, fetched))
+    per_thread.into_iter().flatten().collect()
 }
 
 fn evaluate(spec: &SpecwebSpec, lgs: &[LgStats], fetched: Result<Vec<u8>, String>) -> Iteration {

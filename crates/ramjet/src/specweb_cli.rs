@@ -92,6 +92,24 @@ struct RunArgs {
     /// iteration per probe, bisecting to STEP, default 50), then run the iterations there.
     #[arg(long, value_name = "LO:HI[:STEP]")]
     find_max: Option<String>,
+    /// Client processes, each with --threads threads; the connections are dealt to them in
+    /// turn, and this process runs Reset and Fetch and judges the whole, as the kit's manager.
+    #[arg(long, default_value_t = 1)]
+    processes: usize,
+    /// Source addresses for the connections, in turn: a list (127.0.0.2,127.0.0.3) or a
+    /// range (127.0.0.2-127.0.0.20).
+    #[arg(long)]
+    sources: Option<String>,
+    /// Run only client process K of N's load generators and print their counts as JSON
+    /// (what --processes starts).
+    #[arg(long, hide = true, value_name = "K/N", requires_all = ["start_at", "expired"])]
+    part: Option<String>,
+    /// With --part: when the warm-up starts, in milliseconds since the Unix epoch.
+    #[arg(long, hide = true)]
+    start_at: Option<u64>,
+    /// With --part: the starts of the two expired ad ranges.
+    #[arg(long, hide = true, value_name = "E1,E2")]
+    expired: Option<String>,
 }
 
 pub fn specweb(args: SpecwebArgs) -> anyhow::Result<()> {
@@ -108,7 +126,7 @@ pub fn specweb(args: SpecwebArgs) -> anyhow::Result<()> {
 }
 
 /// Bisect `LO:HI[:STEP]` for the most connections with a valid iteration.
-fn find_max(spec: &SpecwebSpec, range: &str) -> anyhow::Result<usize> {
+fn find_max(a: &RunArgs, spec: &SpecwebSpec, range: &str) -> anyhow::Result<usize> {
     let parts: Vec<usize> = range
         .split(':')
         .map(|p| p.parse::<usize>())
@@ -126,7 +144,7 @@ fn find_max(spec: &SpecwebSpec, range: &str) -> anyhow::Result<usize> {
         let mut s = spec.clone();
         s.connections = n;
         s.fileset_connections = s.fileset_connections.max(n as u64);
-        let it = specweb::run_iteration(&s).map_err(|e| anyhow::anyhow!("{n} connections: {e}"))?;
+        let it = iteration(a, &s).map_err(|e| anyhow::anyhow!("{n} connections: {e}"))?;
         // On stderr, so --json output stays one document.
         eprintln!(
             "probe {n} connections: {} conforming, {:.1} ops/s, {}",
@@ -178,9 +196,19 @@ fn run_cmd(a: &RunArgs) -> anyhow::Result<()> {
         rampdown: a.rampdown,
         threads: a.threads,
         timeout: a.timeout,
+        sources: match &a.sources {
+            Some(s) => ramjet_bench::parse_sources(s).map_err(anyhow::Error::msg)?,
+            None => Vec::new(),
+        },
     };
+    if let Some(part) = &a.part {
+        return run_part(a, &spec, part);
+    }
+    if a.processes == 0 {
+        bail!("--processes must be at least 1");
+    }
     if let Some(range) = &a.find_max {
-        spec.connections = find_max(&spec, range)?;
+        spec.connections = find_max(a, &spec, range)?;
         spec.fileset_connections = spec.fileset_connections.max(spec.connections as u64);
     }
     let iterations = if a.compliant { 3 } else { a.iterations };
@@ -201,8 +229,7 @@ fn run_cmd(a: &RunArgs) -> anyhow::Result<()> {
                 spec.rampdown
             );
         }
-        let it = specweb::run_iteration(&spec)
-            .map_err(|e| anyhow::anyhow!("iteration {}: {e}", i + 1))?;
+        let it = iteration(a, &spec).map_err(|e| anyhow::anyhow!("iteration {}: {e}", i + 1))?;
         if !a.json {
             print!("{}", it.text());
         }
@@ -231,6 +258,75 @@ fn run_cmd(a: &RunArgs) -> anyhow::Result<()> {
             }
         );
     }
+    Ok(())
+}
+
+/// One iteration, its load in this process or in `--processes` client processes.
+fn iteration(a: &RunArgs, spec: &SpecwebSpec) -> Result<specweb::Iteration, String> {
+    if a.processes <= 1 {
+        return specweb::run_iteration(spec, None);
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+    let make = |plan: &specweb::Plan| -> Vec<std::process::Command> {
+        (0..a.processes)
+            .map(|k| {
+                let mut c = std::process::Command::new(&exe);
+                let ms = |d: Duration| format!("{}ms", d.as_millis());
+                c.args(["specweb", "run", &a.url, "--dynamic", &a.dynamic])
+                    .args(["-c", &spec.connections.to_string()])
+                    .args([
+                        "--fileset-connections",
+                        &spec.fileset_connections.to_string(),
+                    ])
+                    .args(["--warmup", &ms(spec.warmup), "--run", &ms(spec.run)])
+                    .args([
+                        "--rampdown",
+                        &ms(spec.rampdown),
+                        "--timeout",
+                        &ms(spec.timeout),
+                    ])
+                    .args(["-t", &spec.threads.to_string()])
+                    .args(["--part", &format!("{k}/{}", a.processes)])
+                    .args(["--start-at", &plan.start_unix_ms.to_string()])
+                    .args([
+                        "--expired",
+                        &format!("{},{}", plan.expired.0, plan.expired.1),
+                    ]);
+                if !a.url_root.is_empty() {
+                    c.args(["--url-root", &a.url_root]);
+                }
+                if let Some(cgi) = &a.cgi {
+                    c.args(["--cgi", cgi]);
+                }
+                if let Some(s) = &a.sources {
+                    c.args(["--sources", s]);
+                }
+                c
+            })
+            .collect()
+    };
+    specweb::run_iteration(spec, Some(&make))
+}
+
+/// `--part K/N`: one client process's load generators, their counts printed as JSON.
+fn run_part(a: &RunArgs, spec: &SpecwebSpec, part: &str) -> anyhow::Result<()> {
+    let bad = || anyhow::anyhow!("--part {part}: expected K/N with K < N");
+    let (k, n) = part.split_once('/').ok_or_else(bad)?;
+    let (k, n): (usize, usize) = (k.parse()?, n.parse()?);
+    if k >= n {
+        return Err(bad());
+    }
+    let expired = a.expired.as_deref().unwrap_or("");
+    let (e1, e2) = expired
+        .split_once(',')
+        .and_then(|(x, y)| Some((x.parse().ok()?, y.parse().ok()?)))
+        .ok_or_else(|| anyhow::anyhow!("--expired {expired}: expected E1,E2"))?;
+    let plan = specweb::Plan {
+        start_unix_ms: a.start_at.unwrap_or(0),
+        expired: (e1, e2),
+    };
+    let stats = specweb::run_part(spec, k, n, &plan);
+    println!("{}", serde_json::to_string(&stats)?);
     Ok(())
 }
 

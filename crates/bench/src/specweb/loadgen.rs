@@ -3,12 +3,12 @@
 //! bytes would have crossed a 400 kbit/s line ("rated receive").
 
 use std::cell::RefCell;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ramjet_http1::{parse_response_head, BodyFraming, ResponseParse};
+use ramjet_http1::{parse_response_head, BodyDecoder, BodyFraming, ResponseParse};
 use ramjet_specweb::deck::{self, Entry};
 use ramjet_specweb::fileset::file_name;
 use ramjet_specweb::{SpecRandom, Zipf};
@@ -42,6 +42,8 @@ pub struct Shared {
     pub files: Zipf,
     pub expired: Vec<bool>,
     pub timeout: Duration,
+    /// Source addresses, one per connection in turn (none: the kernel picks).
+    pub sources: Vec<IpAddr>,
     pub warm_end: Instant,
     pub run_end: Instant,
     pub stop: Instant,
@@ -49,7 +51,7 @@ pub struct Shared {
 
 /// One load generator's counts (of the measurement interval, except the POST counts,
 /// which cover the whole iteration as the post log does).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct LgStats {
     pub class_ops: [u64; 4],
     pub class_errors: [u64; 4],
@@ -189,8 +191,8 @@ pub struct Got {
     pub keep_alive: bool,
 }
 
-/// Send `req` and read its reply (which must carry a Content-Length) into `buf`, read
-/// straight into its spare room.
+/// Send `req` and read its reply into `buf`, read straight into its spare room; the body
+/// (by Content-Length, chunked or to the close) is at `head_len..total`.
 pub async fn exchange(
     stream: &mut TcpStream,
     req: &[u8],
@@ -211,21 +213,69 @@ pub async fn exchange(
             return Err("connection closed before the head".into());
         }
     };
-    let BodyFraming::Length(len) = head.framing else {
-        return Err("a reply without Content-Length".into());
-    };
-    let total = head.head_len + len as usize;
-    while buf.len() < total {
-        if read_more(stream, buf).await? == 0 {
-            return Err("connection closed in the body".into());
+    let total = match head.framing {
+        BodyFraming::Length(len) => {
+            let total = head.head_len + len as usize;
+            while buf.len() < total {
+                if read_more(stream, buf).await? == 0 {
+                    return Err("connection closed in the body".into());
+                }
+            }
+            total
         }
-    }
+        BodyFraming::Chunked => read_chunked(stream, buf, head.head_len).await?,
+        BodyFraming::None if head.until_close => {
+            while read_more(stream, buf).await? > 0 {}
+            buf.len()
+        }
+        BodyFraming::None => head.head_len,
+    };
     Ok(Got {
         status: head.status,
         head_len: head.head_len,
         total,
-        keep_alive: head.keep_alive,
+        keep_alive: head.keep_alive && !head.until_close,
     })
+}
+
+/// A chunked body (what Apache sends for CGI output) decoded in place: the payload ends up
+/// right after the head, as a Content-Length body would. Returns where it ends.
+async fn read_chunked(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    head_len: usize,
+) -> Result<usize, String> {
+    let mut decoder = BodyDecoder::new(BodyFraming::Chunked, u64::MAX)
+        .map_err(|e| format!("chunked body: {e:?}"))?;
+    // Payload is compacted to `write`; `pos` is the next undecoded byte (never before it).
+    let (mut write, mut pos) = (head_len, head_len);
+    loop {
+        if pos < buf.len() {
+            let d = decoder
+                .decode(&buf[pos..])
+                .map_err(|e| format!("chunked body: {e:?}"))?;
+            let data = pos + d.data.start..pos + d.data.end;
+            buf.copy_within(data.clone(), write);
+            write += data.len();
+            pos += d.consumed;
+            if d.done {
+                // Anything after the body (there should be nothing) is dropped with it.
+                buf.truncate(write);
+                return Ok(write);
+            }
+            if d.consumed > 0 {
+                continue;
+            }
+        }
+        // Keep the undecoded rest right after the payload, then read more behind it.
+        let rest = buf.len() - pos;
+        buf.copy_within(pos.., write);
+        buf.truncate(write + rest);
+        pos = write;
+        if read_more(stream, buf).await? == 0 {
+            return Err("connection closed in the body".into());
+        }
+    }
 }
 
 /// One read appended to `buf`.
@@ -283,7 +333,9 @@ pub async fn run(index: usize, s: Arc<Shared>, deck: Rc<RefCell<Deck>>) -> LgSta
         } else {
             1
         };
-        let mut stream = match tokio::time::timeout(s.timeout, TcpStream::connect(s.addr)).await {
+        let source = (!s.sources.is_empty()).then(|| s.sources[index % s.sources.len()]);
+        let connect = crate::slow::connect_from(s.addr, source, None);
+        let mut stream = match tokio::time::timeout(s.timeout, connect).await {
             Ok(Ok(st)) => st,
             _ => {
                 // A failed connect is an error of the request it was for.
@@ -369,5 +421,60 @@ mod tests {
         // Without a CGI URL its share goes to the standard dynamic GET.
         let mut rng = SpecRandom::new(2331);
         assert!((0..10_000).all(|_| draw_op(&mut rng, false) != Op::Cgi));
+    }
+
+    /// Replies framed each way a server frames them, written in pieces of every size
+    /// around the chunk boundaries, come out as the same body after the head.
+    #[test]
+    fn chunked_and_close_delimited_replies_are_read_whole() {
+        let body: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+        let mut chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        for part in [&body[..1], &body[1..4096], &body[4096..4097], &body[4097..]] {
+            chunked.extend_from_slice(format!("{:x};ext=1\r\n", part.len()).as_bytes());
+            chunked.extend_from_slice(part);
+            chunked.extend_from_slice(b"\r\n");
+        }
+        chunked.extend_from_slice(b"0\r\nX-Trailer: 1\r\n\r\n");
+        let mut to_close = b"HTTP/1.0 200 OK\r\n\r\n".to_vec();
+        to_close.extend_from_slice(&body);
+        let mut by_length =
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+        by_length.extend_from_slice(&body);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for (reply, keep_alive) in [(chunked, true), (to_close, false), (by_length, true)] {
+            for piece in [1usize, 2, 3, 7, 4095, 4096, 4097, 1 << 20] {
+                let reply = reply.clone();
+                rt.block_on(async {
+                    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                    let addr = l.local_addr().unwrap();
+                    let server = tokio::spawn(async move {
+                        let (mut s, _) = l.accept().await.unwrap();
+                        let mut req = [0u8; 64];
+                        let _ = s.read(&mut req).await.unwrap();
+                        for p in reply.chunks(piece) {
+                            s.write_all(p).await.unwrap();
+                            s.flush().await.unwrap();
+                        }
+                    });
+                    let mut c = TcpStream::connect(addr).await.unwrap();
+                    c.set_nodelay(true).unwrap();
+                    let mut buf = Vec::new();
+                    let got = exchange(&mut c, b"GET / HTTP/1.1\r\n\r\n", &mut buf)
+                        .await
+                        .unwrap();
+                    assert_eq!(got.status, 200);
+                    assert_eq!(
+                        &buf[got.head_len..got.total],
+                        &body[..],
+                        "pieces of {piece}"
+                    );
+                    assert_eq!(got.keep_alive, keep_alive);
+                    server.await.unwrap();
+                });
+            }
+        }
     }
 }

@@ -116,7 +116,7 @@ fn specweb_server(damage: Option<&str>) -> Server {
         crate::BIN,
         dir,
         &format!(
-            "[[location]]\nroot = \"www\"\n[[location]]\npath = \"/specweb99\"\nmodule = \"specweb99\"\n[location.module_config]\nroot = \"{{dir}}/www\"\ndata_dir = \"{{dir}}/data\"\n\
+            "[log]\naccess = \"{{dir}}/access.log\"\n[[location]]\nroot = \"www\"\n[[location]]\npath = \"/specweb99\"\nmodule = \"specweb99\"\n[location.module_config]\nroot = \"{{dir}}/www\"\ndata_dir = \"{{dir}}/data\"\n\
              [[location]]\npath = \"/cgi-bin/\"\ncgi_root = \"{}\"\n\
              cgi_env = {{ SPECWEB_ROOT = \"{{dir}}/www\", SPECWEB_DATA = \"{{dir}}/cgi-data\", SPECWEB_SERVER = \"ramjet\" }}\n",
             integrations().display()
@@ -158,8 +158,22 @@ fn run_client(server: &Server, args: &[&str]) -> serde_json::Value {
 
 #[test]
 fn the_client_gives_a_valid_run_against_ramjet_with_every_request_type() {
-    let s = specweb_server(None);
-    let r = run_client(&s, &["-c", "10", "--run", "20s"]);
+    let mut s = specweb_server(None);
+    // Two client processes, as the kit's manager drives several clients, from two source
+    // addresses.
+    let r = run_client(
+        &s,
+        &[
+            "-c",
+            "10",
+            "--run",
+            "20s",
+            "--processes",
+            "2",
+            "--sources",
+            "127.0.0.2,127.0.0.3",
+        ],
+    );
     let m = &r["median"];
     assert_eq!(r["valid"], true, "{:#}", m);
     assert_eq!(m["conforming"], 10, "{:#}", m);
@@ -179,6 +193,15 @@ fn the_client_gives_a_valid_run_against_ramjet_with_every_request_type() {
     // Every POST of the iteration is in the post log.
     assert_eq!(m["posts_sent"], m["post_log_records"]);
     assert!(m["posts_sent"].as_u64().unwrap() > 0);
+    // Both source addresses reached the server (its access log is flushed on stop).
+    s.stop();
+    let log = std::fs::read_to_string(s.path("access.log")).unwrap();
+    for ip in ["127.0.0.2 ", "127.0.0.3 "] {
+        assert!(
+            log.lines().any(|l| l.starts_with(ip)),
+            "no request from {ip}"
+        );
+    }
 }
 
 #[test]

@@ -1,0 +1,57 @@
+"""CPU of server process trees from /proc, and waiting for a port: shared by the bench
+scripts that count a server's CPU with everything it starts (CGI programs, databases)."""
+import os
+import socket
+import time
+from pathlib import Path
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def proc_cpu(pid):
+    """A process's CPU and its reaped children's (utime, stime, cutime, cstime), seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / TICK
+
+
+def tree(pids):
+    """The given processes and all their live descendants."""
+    parent = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    out, todo = set(), list(pids)
+    while todo:
+        p = todo.pop()
+        if p not in out:
+            out.add(p)
+            todo.extend(c for c, pp in parent.items() if pp == p)
+    return out
+
+
+def tree_cpu(pids):
+    """CPU seconds of the processes, their live descendants and what they reaped."""
+    total = 0.0
+    for p in tree(pids):
+        try:
+            total += proc_cpu(p)
+        except OSError:
+            pass
+    return total
+
+
+def wait_port(port, proc, within=20):
+    """Until something accepts on 127.0.0.1:port; fails if `proc` exits first."""
+    end = time.time() + within
+    while time.time() < end:
+        if proc.poll() is not None:
+            raise SystemExit(f"the server on {port} exited with {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listens on {port}")
