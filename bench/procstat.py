@@ -55,3 +55,14 @@ def wait_port(port, proc, within=20):
         except OSError:
             time.sleep(0.05)
     raise SystemExit(f"nothing listens on {port}")
+
+
+def cpu_busy(cpu):
+    """Seconds CPU `cpu` has been busy (everything but idle and iowait) since boot: what
+    all processes pinned to it used, whoever reaps them."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        f = line.split()
+        if f[0] == f"cpu{cpu}":
+            v = [int(x) for x in f[1:]]
+            return (sum(v[:8]) - v[3] - v[4]) / TICK
+    raise SystemExit(f"no cpu{cpu} in /proc/stat")

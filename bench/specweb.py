@@ -156,7 +156,7 @@ def start_apache(work):
         "MaxRequestWorkers 8192\nMinSpareThreads 1\nMaxSpareThreads 8192\n"
         "MaxConnectionsPerChild 0\n")
     proc = subprocess.Popen(["taskset", "-c", "0", "/usr/sbin/apache2", "-f", str(conf),
-                             "-DFOREGROUND"], preexec_fn=many_files)
+                             "-DFOREGROUND"], preexec_fn=many_files, start_new_session=True)
     wait_port(PORT, proc)
     return [proc]
 
@@ -188,11 +188,16 @@ def measure(name, rng, hi, args, work):
                   "--fileset-connections", str(hi), "--warmup", f"{args.warmup}s",
                   "--run", f"{args.run}s", "--rampdown", f"{args.rampdown}s", "-t1", "--json"]
         started = time.time()
-        search = subprocess.run(client + ["--find-max", rng, "--iterations", "1"],
-                                capture_output=True, text=True)
-        if search.returncode != 0:
-            return {"name": name, "range": rng, "error": search.stderr.strip()[-3000:]}
-        found = json.loads(search.stdout)["median"]["connections"]
+        if ":" in rng:
+            search = subprocess.run(client + ["--find-max", rng, "--iterations", "1"],
+                                    capture_output=True, text=True)
+            if search.returncode != 0:
+                return {"name": name, "range": rng, "error": search.stderr.strip()[-3000:]}
+            found = json.loads(search.stdout)["median"]["connections"]
+        else:
+            # A load given, not searched for: the iterations at that load only.
+            search = subprocess.CompletedProcess([], 0, "", f"(no search: {rng} connections given)")
+            found = int(rng)
         pids = [p.pid for p in procs]
         cpu0 = tree_cpu(pids)
         client0 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -275,13 +280,16 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--servers", default="ramjet")
     ap.add_argument("--range", default="500:4000:100",
-                    help="LO:HI[:STEP] for --find-max, or NAME=LO:HI[:STEP],... per server")
+                    help="LO:HI[:STEP] for --find-max, or NAME=LO:HI[:STEP],... per server; "
+                         "a single number instead of LO:HI skips the search")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--run", type=int, default=20)
     ap.add_argument("--rampdown", type=int, default=2)
     ap.add_argument("--iterations", type=int, default=3)
     ap.add_argument("--work", default="/var/tmp/ramjet-specweb")
     ap.add_argument("--keep-fileset", action="store_true")
+    ap.add_argument("--fileset", type=int, help="the load to make the file set for "
+                    "(default: the top of the highest range)")
     args = ap.parse_args()
     servers = args.servers.split(",")
     if "=" in args.range:
@@ -291,7 +299,7 @@ def main():
     for s in servers:
         if s not in SERVERS or s not in ranges:
             raise SystemExit(f"unknown server or no range for it: {s}")
-    hi = max(int(ranges[s].split(":")[1]) for s in servers)
+    hi = args.fileset or max(int(ranges[s].split(":")[1 if ":" in ranges[s] else 0]) for s in servers)
     subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "ramjet", "--bin", "ramjet"],
                    cwd=ROOT, check=True)
     work = Path(args.work)
