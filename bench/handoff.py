@@ -38,6 +38,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from procstat import wait_port  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 RAMJET = ROOT / "target/release/ramjet"
 BACKEND = ROOT / "target/release/examples/backend"
@@ -90,18 +93,6 @@ def apache_conf(work):
         "KeepAlive On\nStartServers 2\nServerLimit 2\nThreadsPerChild 64\n"
         "MaxRequestWorkers 128\nMinSpareThreads 1\nMaxSpareThreads 128\n")
     return conf
-
-
-def wait_port(port):
-    import socket
-    end = time.time() + 10
-    while time.time() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"nothing listens on {port}")
 
 
 def config(variant, work):

@@ -43,11 +43,11 @@ def tree_cpu(pids):
     return total
 
 
-def wait_port(port, proc, within=20):
-    """Until something accepts on 127.0.0.1:port; fails if `proc` exits first."""
+def wait_port(port, proc=None, within=20):
+    """Until something accepts on 127.0.0.1:port; fails if `proc` (if given) exits first."""
     end = time.time() + within
     while time.time() < end:
-        if proc.poll() is not None:
+        if proc is not None and proc.poll() is not None:
             raise SystemExit(f"the server on {port} exited with {proc.returncode}")
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
