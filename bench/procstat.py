@@ -1,7 +1,9 @@
-"""CPU of server process trees from /proc, and waiting for a port: shared by the bench
-scripts that count a server's CPU with everything it starts (CGI programs, databases)."""
+"""CPU of server process trees from /proc, waiting for a port, stopping a server: shared
+by the bench scripts that count a server's CPU with everything it starts (CGI programs,
+databases)."""
 import os
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -66,3 +68,15 @@ def cpu_busy(cpu):
             v = [int(x) for x in f[1:]]
             return (sum(v[:8]) - v[3] - v[4]) / TICK
     raise SystemExit(f"no cpu{cpu} in /proc/stat")
+
+
+def stop(*procs):
+    """TERM each, then wait; KILL one that has not ended within 20 s."""
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()

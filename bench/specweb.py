@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from procstat import tree_cpu, wait_port  # noqa: E402
+from procstat import stop, tree_cpu, wait_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RAMJET = ROOT / "target/release/ramjet"
@@ -168,17 +168,6 @@ SERVERS = {
 }
 
 
-def stop(procs):
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
 def measure(name, rng, hi, args, work):
     start, dynamic = SERVERS[name]
     procs = start(work)
@@ -209,7 +198,7 @@ def measure(name, rng, hi, args, work):
             return {"name": name, "range": rng, "error": final.stderr.strip()[-3000:]}
         result = json.loads(final.stdout)
     finally:
-        stop(procs)
+        stop(*procs)
     client_cpu = (client1.ru_utime + client1.ru_stime) - (client0.ru_utime + client0.ru_stime)
     total_secs = args.iterations * (args.warmup + args.run + args.rampdown)
     ops = sum(i["ops"] for i in result["iterations"])
@@ -321,8 +310,7 @@ def main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text("\n".join(lines))
-    (out / "result.json").write_text(json.dumps(
-        [{k: v for k, v in r.items()} for r in runs], indent=1))
+    (out / "result.json").write_text(json.dumps(runs, indent=1))
     print("\n".join(lines))
     if not args.keep_fileset:
         shutil.rmtree(www, ignore_errors=True)

@@ -31,7 +31,7 @@ import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from procstat import cpu_busy, tree_cpu, wait_port  # noqa: E402
+from procstat import cpu_busy, stop, tree_cpu, wait_port  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RAMJET = ROOT / "target/release/ramjet"
@@ -151,15 +151,6 @@ def start(name, work, sock):
     if name == "ramjet":
         return start_ramjet(work, sock)
     return start_apache(work, sock, name.split("-")[1])
-
-
-def stop(proc):
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def ab(url, concurrency, duration):

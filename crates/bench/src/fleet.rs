@@ -1,6 +1,8 @@
-//! Load over several processes (slow downloads, SPECweb99 clients). Slow downloads: this machine allows 20,000 open files per process,
-//! so 100,000 connections need at least five. Each child is `ramjet bench --slow ... --json`
-//! with its share of the connections; it prints a [`SlowReport`], which is merged here.
+//! Load over several processes: each child prints its report as JSON on stdout and the
+//! reports are read back here. Slow downloads need it because this machine allows 20,000
+//! open files per process, so 100,000 connections take at least five children (`ramjet
+//! bench --slow ... --json`, their [`SlowReport`]s merged); the SPECweb99 client uses it
+//! for `--processes` (`ramjet specweb run --part K/N`, per-connection counts).
 
 use std::process::{Command, Stdio};
 
