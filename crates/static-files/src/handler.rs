@@ -15,7 +15,7 @@ use crate::autoindex::Options;
 use crate::cache::{stale, Entry, FileCache, Kind};
 use crate::encoding::accepts;
 use crate::mime;
-use crate::open::{load, Loaded};
+use crate::open::{load, load_cached, Loaded};
 use crate::watch::Watcher;
 
 /// Cache variant of the identity representation; encodings use 1 + their index.
@@ -131,6 +131,27 @@ impl StaticFiles {
         let (root, policy) = (s.root.clone(), s.symlinks);
         let fc = req.config.file_cache;
         let path = path.to_vec();
+        if let Some(loaded) = inline_load(
+            watcher.as_deref(),
+            location,
+            &root,
+            &path,
+            policy,
+            fc.small_file_max,
+            old.stat,
+        ) {
+            match entry_of(Ok(loaded), &old.content_type, &old.extra) {
+                None => old.checked.set(Instant::now()),
+                Some(entry) => {
+                    cache
+                        .borrow_mut()
+                        .insert(location, variant, &path, entry, fc.entries, fc.memory);
+                }
+            }
+            old.revalidating.set(false);
+            old.rechecked.notify_waiters();
+            return;
+        }
         tokio::task::spawn_local(async move {
             let rel = path.clone();
             let prev = old.stat;
@@ -338,6 +359,15 @@ impl StaticFiles {
         let (root, policy, small) = (s.root.clone(), s.symlinks, fc.small_file_max);
         let (watcher, started) = (self.watcher(req), self.epoch.get());
         let id = location.id;
+        let content_type = mime::content_type(type_of, &s.types, s.charset.as_deref());
+        if let Some(loaded) = inline_load(watcher.as_deref(), id, &root, rel, policy, small, None) {
+            let entry = entry_of(Ok(loaded), &content_type, extra)
+                .unwrap_or_else(|| Entry::refused(500, content_type, extra));
+            self.cache
+                .borrow_mut()
+                .insert(location.id, variant, rel, entry, fc.entries, fc.memory);
+            return;
+        }
         let path = rel.to_vec();
         let loaded = ramjet_observe::stats::blocking(move || {
             if let Some(w) = watcher {
@@ -346,7 +376,6 @@ impl StaticFiles {
             load(&root, &path, policy, small, None)
         })
         .await;
-        let content_type = mime::content_type(type_of, &s.types, s.charset.as_deref());
         let entry = entry_of(loaded, &content_type, extra)
             .unwrap_or_else(|| Entry::refused(500, content_type, extra));
         entry.invalid.set(self.epoch.get() != started);
@@ -354,6 +383,23 @@ impl StaticFiles {
             .borrow_mut()
             .insert(location.id, variant, rel, entry, fc.entries, fc.memory);
     }
+}
+
+/// [`load_cached`] on the event loop, when the kernel's caches answer and the file's
+/// directory is already watched (or needs no watch); `None` sends the load to the pool.
+fn inline_load(
+    watcher: Option<&Watcher>,
+    location: usize,
+    root: &std::fs::File,
+    rel: &[u8],
+    policy: ramjet_config::SymlinkPolicy,
+    small: u64,
+    prev: Option<FileStat>,
+) -> Option<Loaded> {
+    if watcher.is_some_and(|w| !w.covers(location, rel)) {
+        return None;
+    }
+    load_cached(root, rel, policy, small, prev)
 }
 
 /// The cache entry for what the blocking side found; `None` when the old entry stays

@@ -5,7 +5,7 @@
 //! (network filesystems, a directory renamed higher up, watches exhausted).
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,15 +16,33 @@ use ramjet_runtime::sys::{Change, DirWatch};
 
 use crate::cache::FileCache;
 
-/// Watched directories: watch descriptor -> (location id, directory as a cache-key prefix,
-/// `""` or ending in `/`). Written on the blocking pool, read by the event task.
-type Dirs = Mutex<HashMap<i32, Vec<(usize, Box<[u8]>)>>>;
+/// (location id, directory): one location's directory.
+type LocatedDir = (usize, Box<[u8]>);
+
+/// Watched directories, as cache-key prefixes (`""` or ending in `/`). Written on the
+/// blocking pool, read by the event task and by loads on the event loop.
+#[derive(Debug, Default)]
+struct Dirs {
+    /// Watch descriptor -> (location id, directory).
+    by_wd: HashMap<i32, Vec<LocatedDir>>,
+    /// Location id -> its directories whose watch is known to be in place: a load there
+    /// adds none (a path walk each), and may run on the event loop.
+    watched: HashMap<usize, HashSet<Box<[u8]>>>,
+}
+
+/// The directory part of a cache key path: `""` or ending in `/`.
+fn parent_of(rel: &[u8]) -> &[u8] {
+    match rel.iter().rposition(|&b| b == b'/') {
+        Some(i) => &rel[..=i],
+        None => &b""[..],
+    }
+}
 
 /// The part the blocking pool uses: add watches.
 #[derive(Debug)]
 pub(crate) struct Watcher {
     inotify: DirWatch,
-    dirs: Dirs,
+    dirs: Mutex<Dirs>,
     /// Adding a watch failed for lack of watches (ENOSPC): said once, then the timer alone.
     full: AtomicBool,
     /// Set by the reactor when it wakes the watcher task (changes are queued), before any
@@ -68,7 +86,7 @@ impl Watcher {
         };
         let watcher = Arc::new(Watcher {
             inotify,
-            dirs: Mutex::new(HashMap::new()),
+            dirs: Mutex::new(Dirs::default()),
             full: AtomicBool::new(false),
             queued: Arc::new(AtomicBool::new(false)),
         });
@@ -118,21 +136,36 @@ impl Watcher {
         true
     }
 
+    /// Whether changes to `rel` (a cache key path of `location`) are reported without
+    /// adding a watch: its directory is watched, or no more watches can be had (then the
+    /// timer alone notices changes, wherever the file is loaded).
+    pub(crate) fn covers(&self, location: usize, rel: &[u8]) -> bool {
+        if self.full.load(Ordering::Relaxed) {
+            return true;
+        }
+        let dirs = self.dirs.lock().unwrap_or_else(PoisonError::into_inner);
+        dirs.watched
+            .get(&location)
+            .is_some_and(|set| set.contains(parent_of(rel)))
+    }
+
     /// Blocking side: watch the directory that holds `rel` (a cache key path of `location`)
-    /// beneath `root`. Call before opening `rel`, so that a change after the open is
-    /// reported; a directory that does not exist (the parent of a 404) is not watched.
+    /// beneath `root`, unless it is watched already. Call before opening `rel`, so that a
+    /// change after the open is reported; a directory that does not exist (the parent of a
+    /// 404) is not watched.
     pub(crate) fn blocking_watch_parent(&self, root: &File, location: usize, rel: &[u8]) {
-        let dir = match rel.iter().rposition(|&b| b == b'/') {
-            Some(i) => &rel[..=i],
-            None => &b""[..],
-        };
+        if self.covers(location, rel) {
+            return;
+        }
+        let dir = parent_of(rel);
         match self.inotify.blocking_watch(root, dir) {
             Ok(wd) => {
                 let mut dirs = self.dirs.lock().unwrap_or_else(PoisonError::into_inner);
-                let list = dirs.entry(wd).or_default();
+                let list = dirs.by_wd.entry(wd).or_default();
                 if !list.iter().any(|(l, d)| *l == location && **d == *dir) {
                     list.push((location, dir.into()));
                 }
+                dirs.watched.entry(location).or_default().insert(dir.into());
             }
             Err(e) if e.kind() == std::io::ErrorKind::StorageFull => {
                 if !self.full.swap(true, Ordering::Relaxed) {
@@ -148,17 +181,17 @@ impl Watcher {
     /// Forget which directory is which location's (after a reload the ids change); the
     /// kernel's watches stay and are named again by the next loads.
     pub(crate) fn forget(&self) {
-        self.dirs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        let mut dirs = self.dirs.lock().unwrap_or_else(PoisonError::into_inner);
+        dirs.by_wd.clear();
+        dirs.watched.clear();
     }
 
     fn apply(&self, cache: &mut FileCache, change: Change<'_>, path: &mut Vec<u8>) {
-        let mut dirs = self.dirs.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut guard = self.dirs.lock().unwrap_or_else(PoisonError::into_inner);
+        let dirs = &mut *guard;
         match change {
             Change::Entry { wd, name, is_dir } => {
-                for (location, dir) in dirs.get(&wd).into_iter().flatten() {
+                for (location, dir) in dirs.by_wd.get(&wd).into_iter().flatten() {
                     path.clear();
                     path.extend_from_slice(dir);
                     path.extend_from_slice(name);
@@ -170,14 +203,22 @@ impl Watcher {
                 }
             }
             Change::Dir { wd, ended } => {
-                for (location, dir) in dirs.get(&wd).into_iter().flatten() {
+                for (location, dir) in dirs.by_wd.get(&wd).into_iter().flatten() {
                     cache.invalidate_under(*location, dir);
+                    // Moved or deleted: whatever holds that name now is not watched yet.
+                    if let Some(set) = dirs.watched.get_mut(location) {
+                        set.remove(dir);
+                    }
                 }
                 if ended {
-                    dirs.remove(&wd);
+                    dirs.by_wd.remove(&wd);
                 }
             }
-            Change::Overflow => cache.invalidate_all(),
+            Change::Overflow => {
+                // Moves may have been lost with the events: every watch is added again.
+                cache.invalidate_all();
+                dirs.watched.clear();
+            }
         }
     }
 }

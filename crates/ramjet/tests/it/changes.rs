@@ -185,3 +185,76 @@ fn issue11_a_file_shrinking_mid_send_ends_the_connection() {
     s.assert_idle();
     s.assert_clean_log(&[]);
 }
+
+/// Jobs the blocking pool has been given, from `/metrics`.
+fn blocking_jobs(s: &Server) -> u64 {
+    let text = s.get("/metrics").text();
+    text.lines()
+        .find_map(|l| l.strip_prefix("ramjet_blocking_jobs_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no ramjet_blocking_jobs_total in\n{text}"))
+}
+
+/// A file whose directory is watched already, with its dentries and pages in the kernel's
+/// caches (just written), is opened and read on the event loop: the blocking pool sees only
+/// the first file of the directory (whose load adds the watch), not one job per file.
+#[test]
+fn cached_files_in_a_watched_directory_load_without_the_blocking_pool() {
+    let names: Vec<String> = (0..20).map(|i| format!("d/f{i}.txt")).collect();
+    let files: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), n.as_bytes())).collect();
+    let s = server_with(
+        &files,
+        "workers = 1\n[file_cache]\nvalid = \"1h\"\n\
+         [[location]]\nroot = \"root\"\n\
+         [[location]]\npath = \"/metrics\"\nhandlers = [\"metrics\"]\n",
+    );
+    let before = blocking_jobs(&s);
+    for n in &names {
+        let r = s.get(&format!("/{n}"));
+        assert_eq!((r.status, r.text()), (200, n.clone()));
+    }
+    let jobs = blocking_jobs(&s) - before;
+    // One for the directory's watch; a few more if the kernel dropped a dentry meanwhile.
+    assert!(
+        jobs <= 5,
+        "{jobs} blocking jobs for 20 cached files in one directory"
+    );
+    // Still watched: a change is seen at once (valid is an hour).
+    overwrite_in_place(&s.root().join("d/f3.txt"), b"D/F3");
+    assert_eq!(s.get("/d/f3.txt").text(), "D/F3.txt");
+    s.assert_clean_log(&[]);
+}
+
+/// A directory renamed away and replaced by a new one of the same name: the old watch
+/// follows the old directory, so the new one is watched afresh and its changes are seen at
+/// once too.
+#[test]
+fn a_replaced_directory_is_watched_again() {
+    let s = server_with(
+        &[("d/a.txt", b"one"), ("d/b.txt", b"bee")],
+        "workers = 1\n[file_cache]\nvalid = \"1h\"\n",
+    );
+    all_answer(&s, "/d/a.txt", Ok(b"one"), "first");
+    let root = s.root();
+    std::fs::rename(root.join("d"), root.join("old")).unwrap();
+    std::fs::create_dir(root.join("d")).unwrap();
+    std::fs::write(root.join("d/a.txt"), b"two").unwrap();
+    std::fs::write(root.join("d/b.txt"), b"BEE").unwrap();
+    all_answer(&s, "/d/a.txt", Ok(b"two"), "in the new directory");
+    all_answer(
+        &s,
+        "/d/b.txt",
+        Ok(b"BEE"),
+        "another file of the new directory",
+    );
+    overwrite_in_place(&root.join("d/a.txt"), b"TWO");
+    all_answer(&s, "/d/a.txt", Ok(b"TWO"), "changed in the new directory");
+    overwrite_in_place(&root.join("d/b.txt"), b"bEE");
+    all_answer(
+        &s,
+        "/d/b.txt",
+        Ok(b"bEE"),
+        "the other changed in the new directory",
+    );
+    s.assert_clean_log(&[]);
+}

@@ -77,6 +77,56 @@ pub fn open_beneath(dir: &File, path: &[u8], policy: OpenPolicy) -> io::Result<(
     Ok((file, stat))
 }
 
+/// [`open_beneath`] answered from the kernel's caches alone (`RESOLVE_CACHED`, Linux ≥
+/// 5.12): `WouldBlock` when some path component is not in the dentry cache, so the open
+/// would have to wait for the disk. Safe to call on the event loop; any other error is
+/// the same answer [`open_beneath`] would give.
+pub fn open_beneath_cached(
+    dir: &File,
+    path: &[u8],
+    policy: OpenPolicy,
+) -> io::Result<(File, FileStat)> {
+    let mut resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS | ResolveFlags::CACHED;
+    if policy == OpenPolicy::NoSymlinks {
+        resolve |= ResolveFlags::NO_SYMLINKS;
+    }
+    let path = std::ffi::OsStr::from_bytes(if path.is_empty() { b"." } else { path });
+    let fd = rustix::fs::openat2(
+        dir,
+        path,
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
+        Mode::empty(),
+        resolve,
+    )?;
+    let file = File::from(fd);
+    let stat = FileStat::of(&file)?;
+    Ok((file, stat))
+}
+
+/// The whole of `file`, expected to be `len` bytes, read only from the page cache
+/// (`RWF_NOWAIT`): `None` when some of it is not cached (reading it would wait for the
+/// disk), when its length is not `len` now, or when the filesystem cannot read without
+/// waiting. Safe to call on the event loop.
+pub fn read_cached(file: &File, len: usize) -> Option<Vec<u8>> {
+    // One byte more than expected: a file that grew since its fstat is not taken whole.
+    let mut body = vec![0u8; len + 1];
+    let mut done = 0;
+    while done <= len {
+        let mut bufs = [io::IoSliceMut::new(&mut body[done..])];
+        let flags = rustix::io::ReadWriteFlags::NOWAIT;
+        match rustix::io::preadv2(file, &mut bufs, done as u64, flags) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(_) => return None,
+        }
+    }
+    if done != len {
+        return None;
+    }
+    body.truncate(len);
+    Some(body)
+}
+
 /// `lstat` of `path` beneath `dir` without following a final symlink (for the owner check).
 /// Intermediate components are resolved beneath `dir` as in [`open_beneath`].
 pub fn stat_beneath(dir: &File, path: &[u8]) -> io::Result<FileStat> {
@@ -108,4 +158,49 @@ pub fn blocking_read_dir(dir: &File) -> io::Result<Vec<Vec<u8>>> {
 /// no stable `ErrorKind` for it).
 pub fn is_symlink_loop(e: &io::Error) -> bool {
     e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("ramjet-file-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        dir
+    }
+
+    #[test]
+    fn cached_open_and_read_give_what_a_blocking_one_gives_or_nothing() {
+        let dir = scratch("cached");
+        std::fs::write(dir.join("sub/f"), b"hello").unwrap();
+        let root = File::open(&dir).unwrap();
+        // Just written: dentries and pages are cached.
+        let (file, stat) = open_beneath_cached(&root, b"sub/f", OpenPolicy::Beneath).unwrap();
+        assert_eq!(stat.size, 5);
+        assert_eq!(read_cached(&file, 5).as_deref(), Some(&b"hello"[..]));
+        // Not the length it was said to be (shorter or longer now): not taken.
+        assert_eq!(read_cached(&file, 4), None);
+        assert_eq!(read_cached(&file, 6), None);
+        assert_eq!(read_cached(&File::open(dir.join("sub")).unwrap(), 0), None);
+        let empty = dir.join("sub/empty");
+        std::fs::write(&empty, b"").unwrap();
+        assert_eq!(
+            read_cached(&File::open(&empty).unwrap(), 0),
+            Some(Vec::new())
+        );
+        // The same refusals as the blocking open (a cached negative dentry, or WouldBlock).
+        for (path, kind) in [
+            (&b"../x"[..], io::ErrorKind::CrossesDevices),
+            (b"/etc/passwd", io::ErrorKind::CrossesDevices),
+        ] {
+            let e = open_beneath_cached(&root, path, OpenPolicy::Beneath).unwrap_err();
+            assert!(
+                e.kind() == kind || e.kind() == io::ErrorKind::WouldBlock,
+                "{path:?}: {e}"
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
