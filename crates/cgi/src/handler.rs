@@ -3,8 +3,9 @@
 
 use std::future::Future;
 use std::io;
+use std::os::fd::AsFd;
+use std::path::Path;
 use std::pin::Pin;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -14,8 +15,10 @@ use ramjet_pipeline::{
     error_response, Body, BodySource, Content, FailKind, Failure, Later, Outcome, Request,
     Response, Side,
 };
+use ramjet_runtime::child::Child;
+use ramjet_runtime::sys::{self, Program, Spawner};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::net::unix::pipe;
 use tokio::time::Sleep;
 
 use crate::env;
@@ -163,24 +166,19 @@ async fn run(
         &opts.env,
     );
     let has_body = !body.is_empty();
-    let mut child = match Command::new(&file)
-        .current_dir(&opts.root)
-        .env_clear()
-        .envs(env)
-        .stdin(if has_body {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-    {
-        Ok(c) => c,
+    // Started by the process's spawner thread (its own, nearly empty descriptor table), on
+    // the blocking pool: the event loop neither copies its table nor waits for the start.
+    let started = match start(&file, &opts.root, env, has_body).await {
+        Ok(s) => s,
         Err(e) => return bad_gateway(&script_name, format!("could not start: {e}")),
     };
-    if let Some(stderr) = child.stderr.take() {
+    let Started {
+        mut child,
+        stdin,
+        mut stdout,
+        stderr,
+    } = started;
+    {
         let name = script_name.clone();
         tokio::spawn(async move {
             let mut lines = tokio::io::BufReader::new(stderr).lines();
@@ -189,13 +187,10 @@ async fn run(
             }
         });
     }
-    let Some(mut stdout) = child.stdout.take() else {
-        return bad_gateway(&script_name, "no stdout");
-    };
     let timeout = req.config.timeouts.cgi;
     // The body goes to stdin from a task of its own, so a program that writes before it
     // has read all of it blocks neither itself nor this connection.
-    if let Some(mut stdin) = child.stdin.take() {
+    if let Some(mut stdin) = stdin {
         tokio::spawn(async move {
             let _ = stdin.write_all(&body).await;
         });
@@ -247,9 +242,55 @@ async fn run(
     Outcome::Respond(r)
 }
 
+/// A program started, with the worker's ends of its pipes.
+struct Started {
+    child: Child,
+    stdin: Option<pipe::Sender>,
+    stdout: pipe::Receiver,
+    stderr: pipe::Receiver,
+}
+
+/// Start `file` in `dir` with environment `env`, stdin a pipe when `with_stdin` (else
+/// `/dev/null`), stdout and stderr pipes.
+async fn start(
+    file: &Path,
+    dir: &Path,
+    env: Vec<(String, String)>,
+    with_stdin: bool,
+) -> io::Result<Started> {
+    let stdin = if with_stdin { Some(sys::pipe()?) } else { None };
+    let (out_r, out_w) = sys::pipe()?;
+    let (err_r, err_w) = sys::pipe()?;
+    let (file, dir) = (file.to_path_buf(), dir.to_path_buf());
+    let (stdin_r, stdin_w) = match stdin {
+        Some((r, w)) => (Some(r), Some(w)),
+        None => (None, None),
+    };
+    let pid = ramjet_observe::stats::blocking(move || {
+        let program = Program {
+            path: &file,
+            dir: &dir,
+            env: &env,
+            stdin: stdin_r.as_ref().map(|r| r.as_fd()),
+            stdout: out_w.as_fd(),
+            stderr: err_w.as_fd(),
+        };
+        // The program's ends are closed here when this returns: it holds its own copies.
+        Spawner::shared()?.blocking_spawn(&program)
+    })
+    .await
+    .map_err(io::Error::other)??;
+    Ok(Started {
+        child: Child::adopt(pid)?,
+        stdin: stdin_w.map(pipe::Sender::from_owned_fd).transpose()?,
+        stdout: pipe::Receiver::from_owned_fd(out_r)?,
+        stderr: pipe::Receiver::from_owned_fd(err_r)?,
+    })
+}
+
 /// Read until the header section's end (or EOF, or too much): the bytes read and where
 /// the head ends.
-async fn read_head(stdout: &mut ChildStdout) -> io::Result<(Vec<u8>, Option<usize>)> {
+async fn read_head(stdout: &mut pipe::Receiver) -> io::Result<(Vec<u8>, Option<usize>)> {
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 8192];
     loop {
@@ -271,7 +312,7 @@ async fn read_head(stdout: &mut ChildStdout) -> io::Result<(Vec<u8>, Option<usiz
 /// the client goes away first (the body is dropped) or the program stays silent too long.
 struct CgiBody {
     first: Option<Bytes>,
-    stdout: ChildStdout,
+    stdout: pipe::Receiver,
     /// What each read lands in, made once: a piece is a copy of what was read, so a
     /// short read neither allocates nor keeps a whole buffer alive.
     scratch: Box<[u8]>,

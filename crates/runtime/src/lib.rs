@@ -6,6 +6,7 @@
 //! [`Server`] is the handle the main thread uses to reload and stop them; [`signals`] turns
 //! Unix signals into [`signals::Signal`]s. The worker knows nothing of HTTP.
 
+pub mod child;
 mod listen;
 pub mod signals;
 pub mod sys;

@@ -14,6 +14,7 @@ mod receive;
 mod residency;
 mod send;
 mod socket;
+mod spawner;
 pub mod upgrade;
 
 pub use activation::take_activated_listeners;
@@ -23,9 +24,10 @@ pub use file::{
 };
 pub use inotify::{Change, DirWatch};
 pub use memory::trim_heap;
-pub use process::{cloexec_inherited, pin_to_cpu, raise_nofile_limit, send_signal};
+pub use process::{child_pidfd, cloexec_inherited, pin_to_cpu, raise_nofile_limit, send_signal};
 pub use ready_set::ReadySet;
 pub use receive::recv_discard;
 pub use residency::{blocking_warm, is_resident};
 pub use send::{sendfile, writev_more};
 pub use socket::{bind_address_no_port, defer_accept, duplicate, set_cork};
+pub use spawner::{pipe, Program, Spawner};

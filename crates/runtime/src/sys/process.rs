@@ -77,3 +77,15 @@ pub fn cloexec_inherited() {
         }
     }
 }
+
+/// A pidfd for child `pid` (non-blocking), registered with the current tokio runtime: it
+/// becomes readable when the child ends. Call inside the runtime.
+pub fn child_pidfd(pid: u32) -> std::io::Result<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>> {
+    use rustix::process::{pidfd_open, Pid, PidfdFlags};
+    let raw = Pid::from_raw(pid as i32).ok_or_else(|| io::Error::other("pid 0"))?;
+    let fd = pidfd_open(raw, PidfdFlags::NONBLOCK)?;
+    // SAFETY: the AsyncFd takes ownership of the pidfd, so the descriptor stays open and
+    // the same for as long as it is registered.
+    unsafe { tokio::io::unix::AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into())
+}
