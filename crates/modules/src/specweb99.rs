@@ -241,13 +241,18 @@ impl Worker {
         })
     }
 
-    /// An object's open file: from this worker's cache, or opened on the blocking pool.
+    /// An object's open file: from this worker's cache, opened here when the kernel's
+    /// caches can answer, else on the blocking pool.
     async fn file(&self, o: Object) -> Result<Arc<Opened>, Reply> {
         if let Some(f) = self.files.get(o) {
             return Ok(f);
         }
         let root = self.shared.root.clone();
-        match blocking(move || files::open(&root, o)).await {
+        let opened = match files::open_cached(&root, o) {
+            Some(done) => Some(done),
+            None => blocking(move || files::open(&root, o)).await,
+        };
+        match opened {
             Some(Ok(f)) => {
                 let f = Arc::new(f);
                 self.files.put(o, f.clone());

@@ -8,6 +8,7 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
+use ramjet_runtime::sys;
 use ramjet_specweb::fileset::{AD_PLACEHOLDER, AD_PLACEHOLDER_AT, AD_TAG};
 
 /// Files kept open per worker; past this the cache starts again (a file set has 36 per
@@ -63,25 +64,57 @@ pub fn open(root: &Path, o: Object) -> std::io::Result<Opened> {
     let file = File::open(&path)?;
     let len = file.metadata()?.len();
     let mut placeholders = Vec::new();
-    if o.class == 1 || o.class == 2 {
+    if has_ads(o) {
         let mut bytes = Vec::with_capacity(len as usize);
         // From the descriptor already open (replies send ranges by offset, so its
         // position does not matter).
         std::io::Read::read_to_end(&mut &file, &mut bytes)?;
-        let mut at = 0;
-        while let Some(i) = memchr::memmem::find(&bytes[at..], &AD_TAG[..AD_PLACEHOLDER_AT]) {
-            let p = at + i + AD_PLACEHOLDER_AT;
-            if bytes[p..].starts_with(AD_PLACEHOLDER) {
-                placeholders.push(p as u64);
-            }
-            at = p;
-        }
+        placeholders = find_placeholders(&bytes);
     }
     Ok(Opened {
         file: Arc::new(file),
         len,
         placeholders,
     })
+}
+
+/// [`open`] from the kernel's caches alone, for the event loop: `None` when that would
+/// wait for the disk (then [`open`] on the blocking pool).
+pub fn open_cached(root: &Path, o: Object) -> Option<std::io::Result<Opened>> {
+    let (file, stat) = match sys::open_cached(&root.join(o.name())) {
+        Ok(found) => found,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
+        Err(e) => return Some(Err(e)),
+    };
+    let placeholders = if has_ads(o) {
+        find_placeholders(&sys::read_cached(&file, stat.size as usize)?)
+    } else {
+        Vec::new()
+    };
+    Some(Ok(Opened {
+        file: Arc::new(file),
+        len: stat.size,
+        placeholders,
+    }))
+}
+
+/// Class 1 and 2 files carry ad tags.
+fn has_ads(o: Object) -> bool {
+    o.class == 1 || o.class == 2
+}
+
+/// Offsets of the ad tags' placeholders in a file's bytes.
+fn find_placeholders(bytes: &[u8]) -> Vec<u64> {
+    let mut placeholders = Vec::new();
+    let mut at = 0;
+    while let Some(i) = memchr::memmem::find(&bytes[at..], &AD_TAG[..AD_PLACEHOLDER_AT]) {
+        let p = at + i + AD_PLACEHOLDER_AT;
+        if bytes[p..].starts_with(AD_PLACEHOLDER) {
+            placeholders.push(p as u64);
+        }
+        at = p;
+    }
+    placeholders
 }
 
 /// The per-worker cache.
@@ -147,6 +180,17 @@ mod tests {
             for &p in &f.placeholders {
                 assert_eq!(&bytes[p as usize..p as usize + 17], AD_PLACEHOLDER);
             }
+            // Just written, so in the kernel's caches: the event loop's open agrees.
+            if let Some(c) = open_cached(tmp.path(), o) {
+                let c = c.unwrap();
+                assert_eq!((c.len, &c.placeholders), (f.len, &f.placeholders));
+            }
         }
+        let gone = Object {
+            dir: 9,
+            class: 1,
+            num: 1,
+        };
+        assert!(open_cached(tmp.path(), gone).is_none_or(|r| r.is_err()));
     }
 }

@@ -103,6 +103,22 @@ pub fn open_beneath_cached(
     Ok((file, stat))
 }
 
+/// Open `path` (absolute, or relative to the working directory) read-only from the
+/// kernel's caches alone (`RESOLVE_CACHED`): `WouldBlock` when the lookup would wait for
+/// the disk. Safe to call on the event loop.
+pub fn open_cached(path: &std::path::Path) -> io::Result<(File, FileStat)> {
+    let fd = rustix::fs::openat2(
+        rustix::fs::CWD,
+        path,
+        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
+        Mode::empty(),
+        ResolveFlags::CACHED,
+    )?;
+    let file = File::from(fd);
+    let stat = FileStat::of(&file)?;
+    Ok((file, stat))
+}
+
 /// The whole of `file`, expected to be `len` bytes, read only from the page cache
 /// (`RWF_NOWAIT`): `None` when some of it is not cached (reading it would wait for the
 /// disk), when its length is not `len` now, or when the filesystem cannot read without
