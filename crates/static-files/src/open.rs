@@ -85,7 +85,7 @@ pub(crate) fn load_cached(
     };
     let (file, stat) = match sys::open_beneath_cached(root, rel, open_policy) {
         Ok(found) => found,
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return None,
+        Err(e) if sys::needs_blocking_open(&e) => return None,
         Err(e) => return Some(Loaded::Refused(refusal(&e))),
     };
     if let Some(done) = settled(&stat, prev) {

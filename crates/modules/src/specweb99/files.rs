@@ -83,7 +83,7 @@ pub fn open(root: &Path, o: Object) -> std::io::Result<Opened> {
 pub fn open_cached(root: &Path, o: Object) -> Option<std::io::Result<Opened>> {
     let (file, stat) = match sys::open_cached(&root.join(o.name())) {
         Ok(found) => found,
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return None,
+        Err(e) if sys::needs_blocking_open(&e) => return None,
         Err(e) => return Some(Err(e)),
     };
     let placeholders = if has_ads(o) {

@@ -60,21 +60,7 @@ impl FileStat {
 /// makes the kernel refuse `..`, absolute symlinks and any escape, even under a race.
 /// May block on a cold dentry cache: call it from the blocking pool.
 pub fn open_beneath(dir: &File, path: &[u8], policy: OpenPolicy) -> io::Result<(File, FileStat)> {
-    let mut resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
-    if policy == OpenPolicy::NoSymlinks {
-        resolve |= ResolveFlags::NO_SYMLINKS;
-    }
-    let path = std::ffi::OsStr::from_bytes(if path.is_empty() { b"." } else { path });
-    let fd = rustix::fs::openat2(
-        dir,
-        path,
-        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
-        Mode::empty(),
-        resolve,
-    )?;
-    let file = File::from(fd);
-    let stat = FileStat::of(&file)?;
-    Ok((file, stat))
+    open_resolved(dir, beneath(path), beneath_flags(policy))
 }
 
 /// [`open_beneath`] answered from the kernel's caches alone (`RESOLVE_CACHED`, Linux ≥
@@ -86,33 +72,54 @@ pub fn open_beneath_cached(
     path: &[u8],
     policy: OpenPolicy,
 ) -> io::Result<(File, FileStat)> {
-    let mut resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS | ResolveFlags::CACHED;
-    if policy == OpenPolicy::NoSymlinks {
-        resolve |= ResolveFlags::NO_SYMLINKS;
-    }
-    let path = std::ffi::OsStr::from_bytes(if path.is_empty() { b"." } else { path });
-    let fd = rustix::fs::openat2(
+    open_resolved(
         dir,
-        path,
-        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
-        Mode::empty(),
-        resolve,
-    )?;
-    let file = File::from(fd);
-    let stat = FileStat::of(&file)?;
-    Ok((file, stat))
+        beneath(path),
+        beneath_flags(policy) | ResolveFlags::CACHED,
+    )
 }
 
 /// Open `path` (absolute, or relative to the working directory) read-only from the
 /// kernel's caches alone (`RESOLVE_CACHED`): `WouldBlock` when the lookup would wait for
 /// the disk. Safe to call on the event loop.
 pub fn open_cached(path: &std::path::Path) -> io::Result<(File, FileStat)> {
+    open_resolved(rustix::fs::CWD, path.as_os_str(), ResolveFlags::CACHED)
+}
+
+/// Whether an error of [`open_beneath_cached`] or [`open_cached`] means "ask the blocking
+/// open instead": the lookup would wait for the disk, or the kernel does not know
+/// `RESOLVE_CACHED` (before 5.12: `EINVAL`; no `openat2`: `ENOSYS`).
+pub fn needs_blocking_open(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::WouldBlock
+        || e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error())
+        || e.raw_os_error() == Some(rustix::io::Errno::NOSYS.raw_os_error())
+}
+
+/// The path a relative one names beneath its directory (`.` for the directory itself).
+fn beneath(path: &[u8]) -> &std::ffi::OsStr {
+    std::ffi::OsStr::from_bytes(if path.is_empty() { b"." } else { path })
+}
+
+fn beneath_flags(policy: OpenPolicy) -> ResolveFlags {
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+    match policy {
+        OpenPolicy::NoSymlinks => resolve | ResolveFlags::NO_SYMLINKS,
+        OpenPolicy::Beneath => resolve,
+    }
+}
+
+/// `openat2` read-only, non-blocking, close-on-exec, then `fstat`.
+fn open_resolved(
+    dir: impl AsFd,
+    path: &std::ffi::OsStr,
+    resolve: ResolveFlags,
+) -> io::Result<(File, FileStat)> {
     let fd = rustix::fs::openat2(
-        rustix::fs::CWD,
+        dir,
         path,
         OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
         Mode::empty(),
-        ResolveFlags::CACHED,
+        resolve,
     )?;
     let file = File::from(fd);
     let stat = FileStat::of(&file)?;
@@ -218,5 +225,21 @@ mod tests {
             );
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_kernel_without_resolve_cached_sends_opens_to_the_blocking_pool() {
+        use rustix::io::Errno;
+        for (errno, blocking) in [
+            (Errno::AGAIN, true),
+            (Errno::INVAL, true),
+            (Errno::NOSYS, true),
+            (Errno::NOENT, false),
+            (Errno::ACCESS, false),
+            (Errno::XDEV, false),
+        ] {
+            let e = io::Error::from_raw_os_error(errno.raw_os_error());
+            assert_eq!(needs_blocking_open(&e), blocking, "{e}");
+        }
     }
 }
