@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from procstat import proc_cpu, stop, wait_port  # noqa: E402
+from procstat import proc_cpu, stop, wait_port, write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 18830
@@ -123,10 +123,7 @@ def main():
             lines.append(f"| {name} | {idle} | {statistics.median(r['rps'] for r in rs):.0f} | "
                          f"{statistics.median(r['us_per_request'] for r in rs):.0f} | "
                          f"{sum(r['failed'] for r in rs)} |")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, lines)
 
 
 if __name__ == "__main__":

@@ -80,3 +80,11 @@ def stop(*procs):
         except subprocess.TimeoutExpired:
             p.kill()
             p.wait()
+
+
+def write_report(out, lines):
+    """The report's lines as `out`/report.md (the directory made if needed), and on stdout."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))

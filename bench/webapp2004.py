@@ -31,7 +31,7 @@ import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from procstat import cpu_busy, stop, tree_cpu, wait_port  # noqa: E402
+from procstat import cpu_busy, stop, tree_cpu, wait_port, write_report  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RAMJET = ROOT / "target/release/ramjet"
@@ -229,10 +229,7 @@ def main():
     lines += ["", "Rounds:", ""]
     for (name, c), rs in results.items():
         lines.append(f"- {name} c{c}: " + ", ".join(f"{r['rps']:.1f} req/s ({r['cpu_us']:.0f} µs)" for r in rs))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    write_report(args.out, lines)
 
 
 if __name__ == "__main__":
