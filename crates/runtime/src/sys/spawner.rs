@@ -90,6 +90,20 @@ impl Spawner {
 
     /// Start `p`; its pid. Blocking (for the blocking pool): one request at a time.
     pub fn blocking_spawn(&self, p: &Program<'_>) -> io::Result<u32> {
+        // NUL ends each part of the message: one inside a part (a `%00` decoded into
+        // PATH_INFO, say) would split it, and could add a variable of the client's choosing.
+        let nul = |b: &[u8]| b.contains(&0);
+        if nul(p.path.as_os_str().as_bytes())
+            || nul(p.dir.as_os_str().as_bytes())
+            || p.env
+                .iter()
+                .any(|(k, v)| nul(k.as_bytes()) || nul(v.as_bytes()) || k.contains('='))
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a NUL byte in the program, its directory or its environment",
+            ));
+        }
         let mut msg = vec![u8::from(p.stdin.is_some())];
         for part in [p.path.as_os_str().as_bytes(), p.dir.as_os_str().as_bytes()] {
             msg.extend_from_slice(part);
@@ -113,19 +127,23 @@ impl Spawner {
             ));
         }
         let sock = self.sock.lock().unwrap_or_else(PoisonError::into_inner);
-        sendmsg(
-            &*sock,
-            &[IoSlice::new(&msg)],
-            &mut control,
-            SendFlags::NOSIGNAL,
-        )?;
+        retry(|| {
+            sendmsg(
+                &*sock,
+                &[IoSlice::new(&msg)],
+                &mut control,
+                SendFlags::NOSIGNAL,
+            )
+        })?;
         let mut reply = [0u8; 512];
-        let got = recvmsg(
-            &*sock,
-            &mut [IoSliceMut::new(&mut reply)],
-            &mut RecvAncillaryBuffer::default(),
-            RecvFlags::CMSG_CLOEXEC,
-        )?;
+        let got = retry(|| {
+            recvmsg(
+                &*sock,
+                &mut [IoSliceMut::new(&mut reply)],
+                &mut RecvAncillaryBuffer::default(),
+                RecvFlags::CMSG_CLOEXEC,
+            )
+        })?;
         decode_reply(&reply[..got.bytes])
     }
 }
@@ -134,6 +152,16 @@ impl Spawner {
 /// or 2): (read end, write end).
 pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?)
+}
+
+/// `f` again while a signal interrupts it.
+fn retry<T>(mut f: impl FnMut() -> rustix::io::Result<T>) -> rustix::io::Result<T> {
+    loop {
+        match f() {
+            Err(rustix::io::Errno::INTR) => continue,
+            other => return other,
+        }
+    }
 }
 
 /// `[0, pid]` or `[1, errno, message]` (integers little-endian, 4 bytes).
@@ -183,12 +211,14 @@ fn serve(raw: RawFd, unshared: std::sync::mpsc::Sender<bool>) {
     let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
     loop {
         let mut control = RecvAncillaryBuffer::new(&mut space);
-        let got = match recvmsg(
-            &sock,
-            &mut [IoSliceMut::new(&mut msg)],
-            &mut control,
-            RecvFlags::CMSG_CLOEXEC,
-        ) {
+        let got = match retry(|| {
+            recvmsg(
+                &sock,
+                &mut [IoSliceMut::new(&mut msg)],
+                &mut control,
+                RecvFlags::CMSG_CLOEXEC,
+            )
+        }) {
             Ok(got) if got.bytes > 0 => got,
             // The caller's end is closed (or broken): nothing more to start.
             _ => return,
@@ -208,12 +238,14 @@ fn serve(raw: RawFd, unshared: std::sync::mpsc::Sender<bool>) {
         };
         let mut none = SendAncillaryBuffer::default();
         let reply = &reply[..reply.len().min(512)];
-        if sendmsg(
-            &sock,
-            &[IoSlice::new(reply)],
-            &mut none,
-            SendFlags::NOSIGNAL,
-        )
+        if retry(|| {
+            sendmsg(
+                &sock,
+                &[IoSlice::new(reply)],
+                &mut none,
+                SendFlags::NOSIGNAL,
+            )
+        })
         .is_err()
         {
             return;
@@ -378,6 +410,19 @@ mod tests {
             })
             .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
+        // A NUL inside a value would split it into another variable: refused.
+        let sneaky = vec![("PATH_INFO".to_string(), "/a\0LD_PRELOAD=/x.so".to_string())];
+        let e = s
+            .blocking_spawn(&Program {
+                path: &script,
+                dir: Path::new("/"),
+                env: &sneaky,
+                stdin: None,
+                stdout: w3.as_fd(),
+                stderr: w3.as_fd(),
+            })
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
         drop((held, out_r, err_r));
         let _ = std::fs::remove_file(&script);
     }
