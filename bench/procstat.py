@@ -88,3 +88,27 @@ def write_report(out, lines):
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+APACHE_MODULES = "/usr/lib/apache2/modules"
+
+
+def apache_conf_head(d, port, user):
+    """What every bench Apache's configuration starts with: its root, pid file and error
+    log in `d`, listening on 127.0.0.1:`port`, `user` (User/Group lines, or ""), and the
+    modules besides its MPM and CGI module (authz_core, mime, alias, env) with mime.types."""
+    m = APACHE_MODULES
+    return (f'ServerRoot "{d}"\nListen 127.0.0.1:{port}\nServerName localhost\n{user}'
+            f'PidFile {d}/httpd.pid\nErrorLog {d}/error.log\nLogLevel warn\n'
+            f"LoadModule authz_core_module {m}/mod_authz_core.so\n"
+            f"LoadModule mime_module {m}/mod_mime.so\nLoadModule alias_module {m}/mod_alias.so\n"
+            f"LoadModule env_module {m}/mod_env.so\nTypesConfig /etc/mime.types\n")
+
+
+def start_apache(conf, port, **popen):
+    """Apache in the foreground with `conf`, on CPU 0, in its own session (prefork's
+    shutdown signals its whole process group), once it accepts on `port`."""
+    proc = subprocess.Popen(["taskset", "-c", "0", "/usr/sbin/apache2", "-f", str(conf),
+                             "-DFOREGROUND"], start_new_session=True, **popen)
+    wait_port(port, proc)
+    return proc

@@ -35,7 +35,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from procstat import stop, tree_cpu, wait_port  # noqa: E402
+from procstat import APACHE_MODULES, apache_conf_head, stop, tree_cpu, wait_port  # noqa: E402
+from procstat import start_apache as start_apache_process  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RAMJET = ROOT / "target/release/ramjet"
@@ -123,7 +124,7 @@ http {{
 
 
 def start_apache(work):
-    m = "/usr/lib/apache2/modules"
+    m = APACHE_MODULES
     d = work / "apache"
     d.mkdir(exist_ok=True)
     user = ""
@@ -136,14 +137,10 @@ def start_apache(work):
         shutil.chown(d, "www-data", "www-data")
     conf = d / "httpd.conf"
     conf.write_text(
-        f'ServerRoot "{d}"\nListen 127.0.0.1:{PORT}\nServerName localhost\n{user}'
-        f'PidFile {d}/httpd.pid\nErrorLog {d}/error.log\nLogLevel warn\n'
+        apache_conf_head(d, PORT, user) +
         f"LoadModule mpm_event_module {m}/mod_mpm_event.so\n"
-        f"LoadModule authz_core_module {m}/mod_authz_core.so\n"
-        f"LoadModule mime_module {m}/mod_mime.so\nLoadModule alias_module {m}/mod_alias.so\n"
-        f"LoadModule env_module {m}/mod_env.so\nLoadModule cgid_module {m}/mod_cgid.so\n"
-        f"ScriptSock {d}/cgid.sock\n"
-        f'TypesConfig /etc/mime.types\nDocumentRoot "{work}/www"\n'
+        f"LoadModule cgid_module {m}/mod_cgid.so\nScriptSock {d}/cgid.sock\n"
+        f'DocumentRoot "{work}/www"\n'
         f'ScriptAlias /cgi-bin/ "{CGI_DIR}/"\n'
         f'SetEnv SPECWEB_ROOT "{work}/www"\nSetEnv SPECWEB_DATA "{work}/data"\n'
         f'<Directory "{work}/www">\n  Require all granted\n</Directory>\n'
@@ -155,10 +152,7 @@ def start_apache(work):
         "ServerLimit 16\nStartServers 16\nThreadLimit 512\nThreadsPerChild 512\n"
         "MaxRequestWorkers 8192\nMinSpareThreads 1\nMaxSpareThreads 8192\n"
         "MaxConnectionsPerChild 0\n")
-    proc = subprocess.Popen(["taskset", "-c", "0", "/usr/sbin/apache2", "-f", str(conf),
-                             "-DFOREGROUND"], preexec_fn=many_files, start_new_session=True)
-    wait_port(PORT, proc)
-    return [proc]
+    return [start_apache_process(conf, PORT, preexec_fn=many_files)]
 
 
 SERVERS = {

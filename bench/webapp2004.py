@@ -31,14 +31,14 @@ import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from procstat import cpu_busy, stop, tree_cpu, wait_port, write_report  # noqa: E402
+from procstat import APACHE_MODULES as MODS, apache_conf_head, cpu_busy, stop, tree_cpu, wait_port, write_report  # noqa: E402
+from procstat import start_apache as start_apache_process  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 RAMJET = ROOT / "target/release/ramjet"
 APP = ROOT / "integrations/webapp2004"
 PORT = 18830
 ROWS, CATEGORY = 97, "garden"
-MODS = "/usr/lib/apache2/modules"
 
 
 def png(seed):
@@ -132,19 +132,11 @@ def start_apache(work, sock, mpm):
         shutil.chown(d, "www-data", "www-data")
     conf = d / "httpd.conf"
     conf.write_text(
-        f'ServerRoot "{d}"\nListen 127.0.0.1:{PORT}\nServerName localhost\n{user}'
-        f'PidFile {d}/httpd.pid\nErrorLog {d}/error.log\nLogLevel warn\n{mods}'
-        f"LoadModule authz_core_module {MODS}/mod_authz_core.so\n"
-        f"LoadModule mime_module {MODS}/mod_mime.so\nLoadModule alias_module {MODS}/mod_alias.so\n"
-        f"LoadModule env_module {MODS}/mod_env.so\n"
-        f'TypesConfig /etc/mime.types\nDocumentRoot "{work}"\nScriptAlias /cgi-bin/ "{APP}/"\n{env}'
+        apache_conf_head(d, PORT, user) + mods +
+        f'DocumentRoot "{work}"\nScriptAlias /cgi-bin/ "{APP}/"\n{env}'
         f'<Directory "{APP}">\n  Require all granted\n</Directory>\n'
         "KeepAlive On\nListenBacklog 4096\n")
-    # Its own session: prefork's shutdown signals its whole process group.
-    proc = subprocess.Popen(["taskset", "-c", "0", "/usr/sbin/apache2", "-f", str(conf), "-DFOREGROUND"],
-                            start_new_session=True)
-    wait_port(PORT, proc)
-    return proc
+    return start_apache_process(conf, PORT)
 
 
 def start(name, work, sock):

@@ -258,14 +258,10 @@ async fn start(
     env: Vec<(String, String)>,
     with_stdin: bool,
 ) -> io::Result<Started> {
-    let stdin = if with_stdin { Some(sys::pipe()?) } else { None };
+    let (stdin_r, stdin_w) = if with_stdin { Some(sys::pipe()?) } else { None }.unzip();
     let (out_r, out_w) = sys::pipe()?;
     let (err_r, err_w) = sys::pipe()?;
     let (file, dir) = (file.to_path_buf(), dir.to_path_buf());
-    let (stdin_r, stdin_w) = match stdin {
-        Some((r, w)) => (Some(r), Some(w)),
-        None => (None, None),
-    };
     let pid = ramjet_observe::stats::blocking(move || {
         let program = Program {
             path: &file,

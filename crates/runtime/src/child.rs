@@ -15,7 +15,6 @@ use tokio::io::unix::AsyncFd;
 #[derive(Debug)]
 pub struct Child {
     pidfd: Option<AsyncFd<OwnedFd>>,
-    pid: u32,
 }
 
 impl Child {
@@ -25,12 +24,7 @@ impl Child {
     pub fn adopt(pid: u32) -> io::Result<Child> {
         Ok(Child {
             pidfd: Some(crate::sys::child_pidfd(pid)?),
-            pid,
         })
-    }
-
-    pub fn id(&self) -> u32 {
-        self.pid
     }
 
     /// Send SIGKILL (nothing if it has been reaped).
@@ -50,15 +44,20 @@ impl Child {
         let Some(fd) = &self.pidfd else {
             return Err(io::Error::other("already reaped"));
         };
-        let status = loop {
-            let mut ready = fd.readable().await?;
-            match reap(fd.get_ref())? {
-                Some(status) => break status,
-                None => ready.clear_ready(),
-            }
-        };
+        let status = ended(fd).await?;
         self.pidfd = None;
         Ok(status)
+    }
+}
+
+/// Wait until the child of `fd` has ended, and reap it.
+async fn ended(fd: &AsyncFd<OwnedFd>) -> io::Result<ExitStatus> {
+    loop {
+        let mut ready = fd.readable().await?;
+        match reap(fd.get_ref())? {
+            Some(status) => return Ok(status),
+            None => ready.clear_ready(),
+        }
     }
 }
 
@@ -85,15 +84,7 @@ impl Drop for Child {
         let _ = pidfd_send_signal(fd.get_ref(), Signal::KILL);
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
-                loop {
-                    let Ok(mut ready) = fd.readable().await else {
-                        return;
-                    };
-                    match reap(fd.get_ref()) {
-                        Ok(None) => ready.clear_ready(),
-                        _ => return,
-                    }
-                }
+                let _ = ended(&fd).await;
             });
         } else {
             // No runtime (shutting down): killed, so this returns at once.

@@ -131,38 +131,10 @@ impl StaticFiles {
         let (root, policy) = (s.root.clone(), s.symlinks);
         let fc = req.config.file_cache;
         let path = path.to_vec();
-        if let Some(loaded) = inline_load(
-            watcher.as_deref(),
-            location,
-            &root,
-            &path,
-            policy,
-            fc.small_file_max,
-            old.stat,
-        ) {
-            match entry_of(Ok(loaded), &old.content_type, &old.extra) {
-                None => old.checked.set(Instant::now()),
-                Some(entry) => {
-                    cache
-                        .borrow_mut()
-                        .insert(location, variant, &path, entry, fc.entries, fc.memory);
-                }
-            }
-            old.revalidating.set(false);
-            old.rechecked.notify_waiters();
-            return;
-        }
-        tokio::task::spawn_local(async move {
-            let rel = path.clone();
-            let prev = old.stat;
-            let loaded = ramjet_observe::stats::blocking(move || {
-                if let Some(w) = watcher {
-                    w.blocking_watch_parent(&root, location, &rel);
-                }
-                load(&root, &rel, policy, fc.small_file_max, prev)
-            })
-            .await;
-            let changed_meanwhile = epoch.get() != started;
+        let (small, prev) = (fc.small_file_max, old.stat);
+        // Done here when the kernel's caches answer (nothing can change meanwhile), else
+        // in a task around the blocking pool.
+        let done = move |loaded, changed_meanwhile: bool, path: &[u8]| {
             match entry_of(loaded, &old.content_type, &old.extra) {
                 // Unchanged (or the pool failed, which is logged): the entry stays.
                 None => {
@@ -175,11 +147,33 @@ impl StaticFiles {
                     entry.invalid.set(changed_meanwhile);
                     cache
                         .borrow_mut()
-                        .insert(location, variant, &path, entry, fc.entries, fc.memory);
+                        .insert(location, variant, path, entry, fc.entries, fc.memory);
                 }
             }
             old.revalidating.set(false);
             old.rechecked.notify_waiters();
+        };
+        if let Some(loaded) = inline_load(
+            watcher.as_deref(),
+            location,
+            &root,
+            &path,
+            policy,
+            small,
+            prev,
+        ) {
+            return done(Ok(loaded), false, &path);
+        }
+        let rel = path.clone();
+        tokio::task::spawn_local(async move {
+            let loaded = ramjet_observe::stats::blocking(move || {
+                if let Some(w) = watcher {
+                    w.blocking_watch_parent(&root, location, &rel);
+                }
+                load(&root, &rel, policy, small, prev)
+            })
+            .await;
+            done(loaded, epoch.get() != started, &path);
         });
     }
 
@@ -359,23 +353,20 @@ impl StaticFiles {
         let (root, policy, small) = (s.root.clone(), s.symlinks, fc.small_file_max);
         let (watcher, started) = (self.watcher(req), self.epoch.get());
         let id = location.id;
-        let content_type = mime::content_type(type_of, &s.types, s.charset.as_deref());
-        if let Some(loaded) = inline_load(watcher.as_deref(), id, &root, rel, policy, small, None) {
-            let entry = entry_of(Ok(loaded), &content_type, extra)
-                .unwrap_or_else(|| Entry::refused(500, content_type, extra));
-            self.cache
-                .borrow_mut()
-                .insert(location.id, variant, rel, entry, fc.entries, fc.memory);
-            return;
-        }
-        let path = rel.to_vec();
-        let loaded = ramjet_observe::stats::blocking(move || {
-            if let Some(w) = watcher {
-                w.blocking_watch_parent(&root, id, &path);
+        let loaded = match inline_load(watcher.as_deref(), id, &root, rel, policy, small, None) {
+            Some(loaded) => Ok(loaded),
+            None => {
+                let path = rel.to_vec();
+                ramjet_observe::stats::blocking(move || {
+                    if let Some(w) = watcher {
+                        w.blocking_watch_parent(&root, id, &path);
+                    }
+                    load(&root, &path, policy, small, None)
+                })
+                .await
             }
-            load(&root, &path, policy, small, None)
-        })
-        .await;
+        };
+        let content_type = mime::content_type(type_of, &s.types, s.charset.as_deref());
         let entry = entry_of(loaded, &content_type, extra)
             .unwrap_or_else(|| Entry::refused(500, content_type, extra));
         entry.invalid.set(self.epoch.get() != started);
