@@ -555,6 +555,14 @@ impl Conn {
             // their state stays out of every connection's future.
             Box::pin(self.flush_tracked(w)).await
         };
+        if self.out.waited {
+            // Idle time counts from the end of the response, not from the request: a
+            // download longer than `timeouts.keepalive` (or `header`, for a body still to
+            // come) must not find its connection's time used up when it ends (nginx counts
+            // keepalive_timeout from the end of the response as well). A flush that never
+            // waited ended when it began, within the clock's resolution here.
+            self.read_at = Instant::now();
+        }
         self.log(w);
         match result {
             Ok(()) => true,

@@ -91,6 +91,9 @@ pub(crate) struct Outbox {
     shared: usize,
     /// Bytes of `File` segments.
     files: u64,
+    /// The last flush waited for something (the client's window, a stream's producer, a
+    /// file's pages, a chunk's turn): its end is later than its start by an unknown time.
+    pub(crate) waited: bool,
 }
 
 impl Outbox {
@@ -223,6 +226,7 @@ impl Outbox {
     ) -> Result<(), WriteError> {
         self.body_written.clear();
         self.body_written.resize(self.responses as usize, 0);
+        self.waited = false;
         let result = self.write_all(sink, send_timeout, progress).await;
         self.mem.clear();
         self.segs.clear();
@@ -250,6 +254,7 @@ impl Outbox {
             } = seg
             {
                 // Boxed like files: streams are rare next to cache hits.
+                self.waited = true;
                 Box::pin(pump(
                     sink,
                     &mut **source,
@@ -271,7 +276,7 @@ impl Outbox {
                 let (file, offset, len, resp) = (file.clone(), *offset, *len, *resp);
                 // Boxed: one allocation per file segment; inline, this future would grow
                 // every connection's state.
-                Box::pin(send_file(
+                let waited = Box::pin(send_file(
                     sink,
                     &file,
                     offset,
@@ -281,6 +286,7 @@ impl Outbox {
                     progress,
                 ))
                 .await?;
+                self.waited |= waited;
                 at.seg += 1;
                 continue;
             }
@@ -301,6 +307,7 @@ impl Outbox {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     // Boxed: the timer and readiness futures are a few hundred bytes, and
                     // inline they would sit in every connection's state.
+                    self.waited = true;
                     Box::pin(sink.writable(send_timeout)).await?;
                 }
                 Err(e) => return Err(WriteError::Io(e)),
@@ -415,7 +422,8 @@ impl Sink for TcpStream {
 
 /// Send `len` bytes of `file` from `offset`. A sendfile that returns 0 before `len` bytes
 /// means the file shrank under us: the head already promised `len`, so the connection
-/// must end (an error), never wait for bytes that will not come.
+/// must end (an error), never wait for bytes that will not come. `Ok(true)`: it waited
+/// (for the client, the disk, or its turn after a chunk), so it may have taken a while.
 async fn send_file<S: Sink>(
     sink: &S,
     file: &Arc<File>,
@@ -424,7 +432,8 @@ async fn send_file<S: Sink>(
     send_timeout: Duration,
     written: &mut u64,
     progress: Option<&AtomicU64>,
-) -> Result<(), WriteError> {
+) -> Result<bool, WriteError> {
+    let mut waited = false;
     // More than one sendfile: cork, so every call but the last ends on a full segment
     // instead of pushing a short one (with TCP_NODELAY each call's tail goes out alone).
     // An error ends the connection, so only success uncorks.
@@ -437,6 +446,7 @@ async fn send_file<S: Sink>(
         let pos = offset + sent;
         let n = (len - sent).min(SENDFILE_CHUNK);
         if !sys::is_resident(file, pos, n) {
+            waited = true;
             let f = file.clone();
             let window = (len - sent).min(WARM_WINDOW);
             let warmed =
@@ -462,6 +472,7 @@ async fn send_file<S: Sink>(
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                waited = true;
                 sink.writable(send_timeout).await?;
                 continue;
             }
@@ -469,12 +480,15 @@ async fn send_file<S: Sink>(
         }
         // Yield after every chunk: a fast reader must not hold the worker for more than one
         // chunk (256 KiB) while its other connections wait.
-        tokio::task::yield_now().await;
+        if sent < len {
+            waited = true;
+            tokio::task::yield_now().await;
+        }
     }
     if corked {
         sink.cork(false);
     }
-    Ok(())
+    Ok(waited)
 }
 
 /// Most bytes of a chunk-size line: 16 hex digits and CRLF.

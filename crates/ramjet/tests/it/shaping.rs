@@ -178,3 +178,38 @@ fn request_rates_per_client_with_a_burst() {
     assert!(code("/api/a.txt", "127.0.0.1").starts_with("HTTP/1.1 429"));
     s.assert_clean_log(&[]);
 }
+
+/// A download that outlasts `timeouts.keepalive` leaves its connection open for the next
+/// request: idle time counts from the end of the response (as nginx counts it), not from
+/// when the request was read. Before, the connection was closed as the download ended and
+/// the client's next request met a reset (apt, wget or lftp fetching several large files
+/// over one slow connection). curl fetches twice over one connection and says how many
+/// connections it opened for each.
+#[test]
+fn a_download_longer_than_the_keepalive_timeout_keeps_its_connection() {
+    let data = crate::bytes(300 * 1024, 7);
+    let s = crate::server_with(
+        &[("slow/f.bin", &data)],
+        "[timeouts]\nkeepalive = \"1s\"\n[[location]]\nroot = \"root\"\n[[location]]\npath = \"/slow/\"\nroot = \"root\"\nlimit_rate = \"100k\"\n",
+    );
+    let url = s.url("/slow/f.bin");
+    let t = Instant::now();
+    let (ok, out) = crate::curl(&[
+        "-o",
+        "/dev/null",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code} %{num_connects} %{size_download}\\n",
+        &url,
+        &url,
+    ]);
+    let took = t.elapsed();
+    let out = String::from_utf8_lossy(&out).into_owned();
+    assert!(ok, "{out}");
+    // Each download takes about 3 s at 100 KiB/s, three times the keep-alive timeout.
+    assert!(took >= Duration::from_secs(4), "{took:?}");
+    let n = data.len();
+    assert_eq!(out, format!("200 1 {n}\n200 0 {n}\n"), "{took:?}");
+    s.assert_clean_log(&[]);
+}
