@@ -3,7 +3,7 @@
 use base64::Engine;
 
 /// Longest decoded `user:password` accepted (longer is refused, never truncated).
-pub(crate) const MAX_DECODED: usize = 512;
+pub const MAX_DECODED: usize = 512;
 
 /// A user name and password borrowed from a decoding buffer.
 #[derive(Debug, PartialEq, Eq)]

@@ -14,7 +14,7 @@ mod credentials;
 mod htpasswd;
 pub mod verified;
 
-pub use credentials::Credentials;
+pub use credentials::{Credentials, MAX_DECODED};
 pub use htpasswd::{Entry, Htpasswd, LoadError};
 
 /// What [`Htpasswd::check`] decided without doing slow work.

@@ -108,11 +108,17 @@ async fn run(
     }
     let prefix = req.location.prefix.trim_end_matches('/');
     let script_name = format!("{prefix}/{program}");
-    let host = req
-        .head
-        .host
-        .and_then(|h| std::str::from_utf8(ramjet_config::strip_port(h)).ok())
-        .unwrap_or("");
+    let host = req.head.host.and_then(|h| std::str::from_utf8(h).ok());
+    // The admit stage checked the credentials of a protected location: only the user's
+    // name is passed on (RFC 3875 §4.1.11), never the password.
+    let mut decoded = [0u8; ramjet_auth::MAX_DECODED];
+    let remote_user = req
+        .location
+        .auth
+        .as_ref()
+        .and_then(|_| req.head.field(b"authorization"))
+        .and_then(|v| ramjet_auth::Credentials::parse(v, &mut decoded))
+        .map(|c| String::from_utf8_lossy(c.user).into_owned());
     let content_length = match req.head.framing {
         ramjet_http1::BodyFraming::Length(n) => Some(n),
         _ => None,
@@ -157,10 +163,14 @@ async fn run(
             path_info: &path_info,
             query: req.query.unwrap_or(""),
             request_uri: req.head.path,
-            server_name: host,
+            host,
             server_addr: req.listener,
             remote_addr: req.client,
             content_length,
+            document_root: &opts.document_root.display().to_string(),
+            remote_user: remote_user.as_deref(),
+            pass_auth: opts.pass_auth,
+            underscores: opts.underscores,
             fields: req.head.fields().collect(),
         },
         &opts.env,
@@ -168,7 +178,8 @@ async fn run(
     let has_body = !body.is_empty();
     // Started by the process's spawner thread (its own, nearly empty descriptor table), on
     // the blocking pool: the event loop neither copies its table nor waits for the start.
-    let started = match start(&file, &opts.root, env, has_body).await {
+    let user = opts.user.as_ref().map(|u| (u.uid, u.gid));
+    let started = match start(&file, &opts.root, env, has_body, user).await {
         Ok(s) => s,
         Err(e) => return bad_gateway(&script_name, format!("could not start: {e}")),
     };
@@ -257,6 +268,7 @@ async fn start(
     dir: &Path,
     env: Vec<(String, String)>,
     with_stdin: bool,
+    user: Option<(u32, u32)>,
 ) -> io::Result<Started> {
     let (stdin_r, stdin_w) = if with_stdin { Some(sys::pipe()?) } else { None }.unzip();
     let (out_r, out_w) = sys::pipe()?;
@@ -270,6 +282,7 @@ async fn start(
             stdin: stdin_r.as_ref().map(|r| r.as_fd()),
             stdout: out_w.as_fd(),
             stderr: err_w.as_fd(),
+            user,
         };
         // The program's ends are closed here when this returns: it holds its own copies.
         Spawner::shared()?.blocking_spawn(&program)

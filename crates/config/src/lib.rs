@@ -31,8 +31,8 @@ pub use module::{set_module_starter, ModuleError, ModuleInstance, ModuleMount, M
 pub use protect::BasicAuth;
 pub use resolve::{for_directory, load_file, load_str};
 pub use resolved::{
-    strip_port, CgiOptions, FileCacheOptions, Limits, Location, RedirectOptions, Resolved,
-    Timeouts, VHost,
+    find_user, strip_port, CgiOptions, CgiUser, FileCacheOptions, Limits, Location,
+    RedirectOptions, Resolved, Timeouts, VHost,
 };
 pub use shaping::Shaping;
 pub use statics::{Encoding, StaticOptions, SymlinkPolicy, DEFAULT_MAX_RANGES};

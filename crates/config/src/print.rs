@@ -320,6 +320,13 @@ impl Resolved {
                     .collect();
                 let _ = writeln!(o, "cgi_env = {{ {} }}", env.join(", "));
             }
+            if let Some(u) = &c.user {
+                let _ = writeln!(o, "cgi_user = {}", text(&u.name));
+            }
+            let _ = writeln!(o, "cgi_pass_auth = {}", c.pass_auth);
+            let _ = writeln!(o, "underscores_in_headers = {}", c.underscores);
+        } else if let Some(p) = &loc.proxy {
+            let _ = writeln!(o, "underscores_in_headers = {}", p.underscores);
         }
         if let Some(m) = &loc.module {
             let _ = writeln!(o, "module = {}", text(&m.name));

@@ -204,6 +204,14 @@ pub struct RawLocation {
     pub cgi_root: Option<Spanned<String>>,
     /// Variables added to every CGI program's environment (Apache `SetEnv`).
     pub cgi_env: Option<std::collections::BTreeMap<String, String>>,
+    /// The user CGI programs run as (when ramjet runs as root; Apache suEXEC's `User`).
+    pub cgi_user: Option<Spanned<String>>,
+    /// Pass the client's `Authorization` field to CGI programs (Apache `CGIPassAuth`).
+    pub cgi_pass_auth: Option<bool>,
+    /// Header fields whose names contain `_` reach CGI programs and backends (nginx
+    /// `underscores_in_headers`); off, they are dropped, so `X_Forwarded_For` cannot pass
+    /// for `X-Forwarded-For`.
+    pub underscores_in_headers: Option<bool>,
     /// Files served in place of the server's own error page, by status (`"404"`) or class
     /// (`"5xx"`); read at load.
     pub error_pages: Option<BTreeMap<String, Spanned<String>>>,

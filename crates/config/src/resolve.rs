@@ -621,7 +621,7 @@ impl<'a> Resolver<'a> {
             false => None,
         };
         let cgi = match handlers.contains(&Handler::Cgi) {
-            true => Some(self.cgi(loc, key)?),
+            true => Some(self.cgi(defaults, loc, key)?),
             false => None,
         };
         let by_type: Option<std::collections::BTreeMap<String, Duration>> = loc
@@ -849,9 +849,11 @@ impl<'a> Resolver<'a> {
         Ok(std::sync::Arc::new(p))
     }
 
-    /// A CGI location's program directory (absolute, existing) and extra environment.
+    /// A CGI location's program directory (absolute, existing), extra environment, the
+    /// account its programs run as, and which request fields they see.
     fn cgi(
         &self,
+        d: &RawLocation,
         l: &RawLocation,
         key: &str,
     ) -> Result<std::sync::Arc<crate::CgiOptions>, ConfigError> {
@@ -878,7 +880,48 @@ impl<'a> Resolver<'a> {
             .as_ref()
             .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
             .unwrap_or_default();
-        Ok(std::sync::Arc::new(crate::CgiOptions { root: path, env }))
+        let document_root = match l.root.as_ref().or(d.root.as_ref()) {
+            Some(r) if Path::new(r.get_ref()).is_relative() => self.base.join(r.get_ref()),
+            Some(r) => PathBuf::from(r.get_ref()),
+            None => path.clone(),
+        };
+        let user = match l.cgi_user.as_ref().or(d.cgi_user.as_ref()) {
+            None => None,
+            Some(name) => {
+                let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+                match crate::resolved::find_user(&passwd, name.get_ref()) {
+                    Some(u) if u.uid != process_uid() && process_uid() != 0 => {
+                        return Err(self.err(
+                            Some(name.span()),
+                            &format!("{key}.cgi_user"),
+                            format!(
+                                "running programs as `{}` needs ramjet to start as root",
+                                name.get_ref()
+                            ),
+                        ))
+                    }
+                    Some(u) => Some(u),
+                    None => {
+                        return Err(self.err(
+                            Some(name.span()),
+                            &format!("{key}.cgi_user"),
+                            format!("no user `{}` in /etc/passwd", name.get_ref()),
+                        ))
+                    }
+                }
+            }
+        };
+        Ok(std::sync::Arc::new(crate::CgiOptions {
+            root: path,
+            env,
+            document_root,
+            user,
+            pass_auth: l.cgi_pass_auth.or(d.cgi_pass_auth).unwrap_or(false),
+            underscores: l
+                .underscores_in_headers
+                .or(d.underscores_in_headers)
+                .unwrap_or(false),
+        }))
     }
 
     /// A location's module, started from its `module_config` table (a wrong table is
@@ -1034,6 +1077,7 @@ impl<'a> Resolver<'a> {
                 upstream: 0,
                 path: None,
                 host: None,
+                underscores: false,
             });
         }
         let Some(upstream) = upstreams.iter().position(|u| u.name == *name.get_ref()) else {
@@ -1076,6 +1120,10 @@ impl<'a> Resolver<'a> {
             upstream,
             path: path.map(|p| p.get_ref().clone()),
             host,
+            underscores: l
+                .underscores_in_headers
+                .or(d.underscores_in_headers)
+                .unwrap_or(false),
         })
     }
 
@@ -1158,3 +1206,9 @@ impl<'a> Resolver<'a> {
 
 #[cfg(test)]
 mod tests;
+
+/// The uid this process runs as (the owner of its `/proc` entry).
+fn process_uid() -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").map_or(0, |m| m.uid())
+}

@@ -241,4 +241,34 @@ pub struct CgiOptions {
     pub root: std::path::PathBuf,
     /// Extra variables, in order.
     pub env: Vec<(String, String)>,
+    /// `DOCUMENT_ROOT` (the location's `root`, else `root`).
+    pub document_root: std::path::PathBuf,
+    /// Programs run as this user (`cgi_user`): name, uid and primary gid.
+    pub user: Option<CgiUser>,
+    /// The client's `Authorization` is passed on (`cgi_pass_auth`).
+    pub pass_auth: bool,
+    /// Fields with `_` in their names become variables too (`underscores_in_headers`).
+    pub underscores: bool,
+}
+
+/// The account CGI programs run as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgiUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Look `name` (or a numeric uid) up in `passwd` (the text of `/etc/passwd`).
+pub fn find_user(passwd: &str, name: &str) -> Option<CgiUser> {
+    passwd.lines().find_map(|line| {
+        let mut f = line.split(':');
+        let (user, _, uid, gid) = (f.next()?, f.next()?, f.next()?, f.next()?);
+        let (uid, gid) = (uid.parse().ok()?, gid.parse().ok()?);
+        (user == name || name.parse::<u32>() == Ok(uid)).then(|| CgiUser {
+            name: user.to_string(),
+            uid,
+            gid,
+        })
+    })
 }

@@ -138,6 +138,8 @@ pub struct ProxyOptions {
     pub path: Option<String>,
     /// The Host sent upstream; `None` passes the client's.
     pub host: Option<String>,
+    /// Fields with `_` in their names are forwarded (`underscores_in_headers`).
+    pub underscores: bool,
 }
 
 /// Parse one server address; `Err` is the message.

@@ -86,6 +86,12 @@ pub(crate) fn head(
         if dropped(name) || listed.iter().any(|t| name.eq_ignore_ascii_case(t)) {
             continue;
         }
+        // `X_Forwarded_For` would reach many backends as `X-Forwarded-For` (CGI, WSGI and
+        // PHP all map `-` and `_` to one `_`): dropped unless the location keeps them
+        // (nginx `underscores_in_headers off`).
+        if !opts.underscores && name.contains(&b'_') {
+            continue;
+        }
         if name.eq_ignore_ascii_case(b"x-forwarded-for") {
             xff.push(value);
         } else if name.eq_ignore_ascii_case(b"forwarded") {
@@ -259,7 +265,24 @@ mod tests {
             upstream: 0,
             path: None,
             host: None,
+            underscores: false,
         }
+    }
+
+    #[test]
+    fn fields_with_underscores_are_dropped_unless_kept() {
+        let req = b"GET / HTTP/1.1\r\nHost: a\r\nX_Forwarded_For: 6.6.6.6\r\nX-Forwarded-For: 1.1.1.1\r\nX_Other: y\r\n\r\n";
+        let (h, _) = forward(req, &opts());
+        assert!(!h.contains("6.6.6.6"), "{h}");
+        assert!(!h.contains("X_Other"), "{h}");
+        assert!(h.contains("X-Forwarded-For: 1.1.1.1, 192.0.2.7\r\n"), "{h}");
+        let keep = ProxyOptions {
+            underscores: true,
+            ..opts()
+        };
+        let (h, _) = forward(req, &keep);
+        assert!(h.contains("X_Other: y\r\n"), "{h}");
+        assert!(h.contains("X_Forwarded_For: 6.6.6.6\r\n"), "{h}");
     }
 
     #[test]

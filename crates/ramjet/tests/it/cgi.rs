@@ -250,3 +250,96 @@ fn the_specweb99_cgi_frames_a_file_as_the_module_does() {
     assert_eq!(r.header("content-length"), Some(want.len().to_string()));
     assert_eq!(s.get("/cgi-bin/specweb99-cgi.pl?/etc/passwd").status, 404);
 }
+
+/// What a client can no longer slip into a program's environment, and what Apache sets that
+/// ramjet did not: a name with `_` is dropped instead of merging with its dashed twin
+/// (`X_Forwarded_For` spoofing `X-Forwarded-For`); `Authorization` is withheld and the user
+/// the location admitted is `REMOTE_USER`; `DOCUMENT_ROOT`, `PATH_TRANSLATED`, and
+/// `SERVER_NAME`/`SERVER_PORT` from the `Host` field.
+#[test]
+fn spoofed_fields_and_passwords_stay_out_and_the_user_is_named() {
+    let dir = Server::dir();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let p = bin.join("env.pl");
+    std::fs::write(&p, ENV_PL).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // ann's password is "password".
+    std::fs::write(
+        dir.path().join("users"),
+        "ann:{SHA}W6ph5Mm5Pz8GgiULbPgzG37mj9g=\n",
+    )
+    .unwrap();
+    let s = Server::start(
+        crate::BIN,
+        dir,
+        "[[location]]\nroot = \"root\"\n\
+         [[location]]\npath = \"/cgi-bin/\"\nroot = \"root\"\ncgi_root = \"{dir}/bin\"\n\
+         [[location]]\npath = \"/private/\"\ncgi_root = \"{dir}/bin\"\nauth_basic = \"p\"\nauth_basic_user_file = \"users\"\n\
+         [[location]]\npath = \"/keep/\"\ncgi_root = \"{dir}/bin\"\nunderscores_in_headers = true\ncgi_pass_auth = true\n",
+    );
+    let get = |path: &str, extra: &str| {
+        let mut c = s.client();
+        c.send(format!("GET {path} HTTP/1.1\r\nHost: www.example:8081\r\n{extra}\r\n").as_bytes());
+        let r = c.response(false);
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.text()
+    };
+    let spoof = "X_Forwarded_For: 6.6.6.6\r\nX-Forwarded-For: 1.1.1.1\r\n";
+    let t = get("/cgi-bin/env.pl/a/b", spoof);
+    let root = s.root().display().to_string();
+    for line in [
+        "HTTP_X_FORWARDED_FOR=1.1.1.1".to_string(),
+        "SERVER_NAME=www.example".into(),
+        "SERVER_PORT=8081".into(),
+        format!("DOCUMENT_ROOT={root}"),
+        format!("PATH_TRANSLATED={root}/a/b"),
+    ] {
+        assert!(t.lines().any(|l| l == line), "{line} missing:\n{t}");
+    }
+    assert!(!t.contains("6.6.6.6") && !t.contains("REMOTE_USER"), "{t}");
+    // Without a port in Host: the port the connection came in on.
+    let mut c = s.client();
+    c.send(b"GET /cgi-bin/env.pl HTTP/1.1\r\nHost: www.example\r\n\r\n");
+    let t = c.response(false).text();
+    let port = format!("SERVER_PORT={}", s.addr.port());
+    assert!(t.lines().any(|l| l == port), "{port} missing:\n{t}");
+    // Behind Basic authentication: the user, never the credentials.
+    let auth = "Authorization: Basic YW5uOnBhc3N3b3Jk\r\n";
+    let t = get("/private/env.pl", auth);
+    assert!(t.lines().any(|l| l == "REMOTE_USER=ann"), "{t}");
+    assert!(t.lines().any(|l| l == "AUTH_TYPE=Basic"), "{t}");
+    assert!(!t.contains("YW5uOnBhc3N3b3Jk"), "{t}");
+    // A location that keeps them (nginx underscores_in_headers on, Apache CGIPassAuth On).
+    let t = get("/keep/env.pl", &format!("{spoof}{auth}"));
+    assert!(
+        t.lines()
+            .any(|l| l == "HTTP_X_FORWARDED_FOR=6.6.6.6, 1.1.1.1"),
+        "{t}"
+    );
+    assert!(
+        t.lines()
+            .any(|l| l == "HTTP_AUTHORIZATION=Basic YW5uOnBhc3N3b3Jk"),
+        "{t}"
+    );
+}
+
+/// `cgi_user`: programs run as that account (ramjet runs as root in the tests and CI).
+#[test]
+fn cgi_user_runs_programs_as_that_account() {
+    if !std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:\t0\t"))
+    {
+        eprintln!("skipped: only root can switch users");
+        return;
+    }
+    let id = "#!/bin/sh\nprintf 'Content-Type: text/plain\\r\\n\\r\\n%s %s\\n' \"$(id -un)\" \"$(id -G)\"\n";
+    let s = cgi_server(&[("id", id)], "[defaults]\ncgi_user = \"nobody\"\n");
+    // The temporary directory is the test's own (0700): let the program's user in.
+    std::fs::set_permissions(s.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let r = s.get("/cgi-bin/id");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.text(), "nobody 65534\n");
+}

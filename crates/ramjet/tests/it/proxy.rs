@@ -70,6 +70,35 @@ fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// A name with `_` is not forwarded (nginx `underscores_in_headers off`): many backends
+/// would read `X_Forwarded_For` as `X-Forwarded-For`; a location may keep them.
+#[test]
+fn fields_with_underscores_are_not_forwarded_unless_kept() {
+    let b = Backend::start(echo);
+    let s = proxy_to(
+        &[b.addr.to_string()],
+        "",
+        "[defaults]\nunderscores_in_headers = false",
+        &[],
+    );
+    let req = b"GET /app/u HTTP/1.1\r\nHost: h\r\nX_Forwarded_For: 6.6.6.6\r\nX_Other: 1\r\n\r\n";
+    let mut c = s.client();
+    c.send(req);
+    let u = c.response(false).text();
+    assert!(!u.contains("6.6.6.6") && !u.contains("X_Other"), "{u}");
+    assert!(u.contains("X-Forwarded-For: 127.0.0.1\r\n"), "{u}");
+    let s = proxy_to(
+        &[b.addr.to_string()],
+        "",
+        "[defaults]\nunderscores_in_headers = true",
+        &[],
+    );
+    let mut c = s.client();
+    c.send(req);
+    let u = c.response(false).text();
+    assert!(u.contains("X_Other: 1\r\n"), "{u}");
+}
+
 #[test]
 fn methods_bodies_and_fields_are_forwarded_over_pooled_connections() {
     let b = Backend::start(echo);

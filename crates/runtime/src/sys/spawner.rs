@@ -41,6 +41,8 @@ pub struct Program<'a> {
     pub stdin: Option<BorrowedFd<'a>>,
     pub stdout: BorrowedFd<'a>,
     pub stderr: BorrowedFd<'a>,
+    /// Run as this uid and gid (supplementary groups dropped); `None`: as the server.
+    pub user: Option<(u32, u32)>,
 }
 
 /// The caller's end of the starting thread's socket.
@@ -104,7 +106,11 @@ impl Spawner {
                 "a NUL byte in the program, its directory or its environment",
             ));
         }
-        let mut msg = vec![u8::from(p.stdin.is_some())];
+        let mut msg = vec![u8::from(p.stdin.is_some()) | (u8::from(p.user.is_some()) << 1)];
+        if let Some((uid, gid)) = p.user {
+            msg.extend_from_slice(&uid.to_le_bytes());
+            msg.extend_from_slice(&gid.to_le_bytes());
+        }
         for part in [p.path.as_os_str().as_bytes(), p.dir.as_os_str().as_bytes()] {
             msg.extend_from_slice(part);
             msg.push(0);
@@ -257,7 +263,14 @@ fn serve(raw: RawFd, unshared: std::sync::mpsc::Sender<bool>) {
 /// so), stdout and stderr.
 fn start(msg: &[u8], fds: Vec<OwnedFd>) -> io::Result<u32> {
     let bad = || io::Error::new(io::ErrorKind::InvalidInput, "bad spawn request");
-    let (&flags, rest) = msg.split_first().ok_or_else(bad)?;
+    let (&flags, mut rest) = msg.split_first().ok_or_else(bad)?;
+    let mut user = None;
+    if flags & 2 != 0 {
+        let ids = rest.get(..8).ok_or_else(bad)?;
+        let word = |i: usize| u32::from_le_bytes([ids[i], ids[i + 1], ids[i + 2], ids[i + 3]]);
+        user = Some((word(0), word(4)));
+        rest = &rest[8..];
+    }
     let mut parts = rest.split(|&b| b == 0);
     let path = parts.next().ok_or_else(bad)?;
     let dir = parts.next().ok_or_else(bad)?;
@@ -280,6 +293,11 @@ fn start(msg: &[u8], fds: Vec<OwnedFd>) -> io::Result<u32> {
     cmd.stdin(stdin)
         .stdout(Stdio::from(stdout))
         .stderr(Stdio::from(stderr));
+    if let Some((uid, gid)) = user {
+        // setgid, then setuid; as root, the supplementary groups are dropped first.
+        use std::os::unix::process::CommandExt;
+        cmd.uid(uid).gid(gid);
+    }
     // The child is not waited for here: the caller reaps it by its pid.
     Ok(cmd.spawn()?.id())
 }
@@ -349,6 +367,7 @@ mod tests {
                 stdin: Some(in_r.as_fd()),
                 stdout: out_w.as_fd(),
                 stderr: err_w.as_fd(),
+                user: None,
             })
             .unwrap();
         drop((out_w, err_w, in_r));
@@ -372,6 +391,7 @@ mod tests {
             stdin: None,
             stdout: out_w2.as_fd(),
             stderr: err_w2.as_fd(),
+            user: None,
         })
         .unwrap();
         drop((out_w2, err_w2));
@@ -407,6 +427,7 @@ mod tests {
                 stdin: None,
                 stdout: w3.as_fd(),
                 stderr: w3.as_fd(),
+                user: None,
             })
             .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
@@ -420,9 +441,36 @@ mod tests {
                 stdin: None,
                 stdout: w3.as_fd(),
                 stderr: w3.as_fd(),
+                user: None,
             })
             .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        // As another user (cgi_user): the program runs with that uid and gid, and none
+        // of the server's supplementary groups. Only root can switch.
+        if rustix::process::getuid().is_root() {
+            let (out_r4, out_w4) = pipe();
+            let id = std::env::temp_dir().join(format!("ramjet-id-{}.sh", std::process::id()));
+            std::fs::write(&id, "#!/bin/sh\necho \"$(id -u) $(id -g) $(id -G)\"\n").unwrap();
+            std::fs::set_permissions(&id, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .unwrap();
+            s.blocking_spawn(&Program {
+                path: &id,
+                dir: Path::new("/"),
+                env: &[],
+                stdin: None,
+                stdout: out_w4.as_fd(),
+                stderr: w3.as_fd(),
+                user: Some((65534, 65533)),
+            })
+            .unwrap();
+            drop(out_w4);
+            let mut out = String::new();
+            std::fs::File::from(out_r4)
+                .read_to_string(&mut out)
+                .unwrap();
+            assert_eq!(out.trim(), "65534 65533 65533");
+            let _ = std::fs::remove_file(&id);
+        }
         drop((held, out_r, err_r));
         let _ = std::fs::remove_file(&script);
     }
