@@ -5,6 +5,7 @@ mod bench_cli;
 #[cfg(feature = "fault-injection")]
 mod fault;
 mod handlers;
+mod pid_file;
 mod specweb_cli;
 mod upgrade;
 
@@ -83,6 +84,10 @@ struct ServeArgs {
     /// starts them, passes signals on (TERM, INT, HUP, USR1) and ends when they have.
     #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     processes: usize,
+    /// Write the pid of the process to signal (HUP, USR1, USR2, TERM) to this file once
+    /// listening; removed at exit (for logrotate and init scripts without systemd).
+    #[arg(long)]
+    pid_file: Option<PathBuf>,
 }
 
 /// Set in the processes a `--processes N` parent starts: their index.
@@ -251,6 +256,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     for url in urls_to_open(&addrs) {
         tracing::info!("open {url}");
     }
+    // The `--processes` children leave it to their parent, which receives the signals.
+    let _pid_file = match &args.pid_file {
+        Some(p) if !child => {
+            Some(pid_file::PidFile::write(p).with_context(|| format!("{}", p.display()))?)
+        }
+        _ => None,
+    };
 
     let mut attempts = 0;
     let hand_to = signal_rt.block_on(async {
@@ -333,6 +345,10 @@ fn supervise(args: &ServeArgs, resolved: &Resolved) -> anyhow::Result<()> {
         children.push(child);
     }
     tracing::info!("{} server processes started", children.len());
+    let _pid_file = match &args.pid_file {
+        Some(p) => Some(pid_file::PidFile::write(p).with_context(|| format!("{}", p.display()))?),
+        None => None,
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -1,18 +1,14 @@
-//! A directory listing as a representation: rendered on the blocking pool, then answered
-//! through the pipeline's filters like a file, so mirror tools (`wget -N`, rclone, lftp)
-//! get `304 Not Modified` for a listing that did not change instead of the whole page.
+//! A directory listing: rendered on the blocking pool and sent whole, without validators.
 //!
-//! The validators come from the listing itself: the entity tag is a hash of the rendered
-//! bytes (a file changed in place changes its row but not the directory's mtime), and
-//! `Last-Modified` is the newest of the directory's and its entries' mtimes. A large
+//! A listing has no `ETag` and no `Last-Modified`, as Apache's and nginx's have none: a
+//! change deep in a tree changes neither the listing nor its directory's mtime, and a
+//! recursive mirror tool that got `304 Not Modified` for a listing would not descend into
+//! it (`wget -r -N` does exactly that), so the changed file would never be fetched. A large
 //! listing is gzip-compressed when the client accepts it (a 20,000-entry directory is a
-//! 3 MB page), as its own variant with its own tag.
-
-use std::time::UNIX_EPOCH;
+//! 3 MB page).
 
 use bytes::Bytes;
-use ramjet_pipeline::filters::{self, Representation};
-use ramjet_pipeline::{error_response, Body, Part, Request, Response};
+use ramjet_pipeline::{error_response, Body, Request, Response};
 
 use crate::autoindex::{self, Format, Options, Sort};
 use crate::cache::Entry;
@@ -21,17 +17,15 @@ use crate::encoding::accepts;
 /// Listings smaller than this are sent as they are (compressing them saves too little).
 const COMPRESS_FROM: usize = 1024;
 
-/// A rendered listing and its validators.
+/// A rendered listing.
 pub(crate) struct Listing {
     body: Bytes,
-    etag: Vec<u8>,
-    modified: u64,
     content_type: &'static str,
     gzip: bool,
 }
 
 impl Listing {
-    fn new(body: Vec<u8>, modified: u64, format: Format, gzip: bool) -> Listing {
+    fn new(body: Vec<u8>, format: Format, gzip: bool) -> Listing {
         let content_type = match format {
             Format::Json => "application/json",
             Format::Html => "text/html; charset=utf-8",
@@ -41,31 +35,30 @@ impl Listing {
         } else {
             (body, false)
         };
-        // FNV-1a over the bytes sent: the tag changes whenever the listing does.
-        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        for &b in &body {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        let etag = format!("\"l{h:016x}{}\"", if gzip { "-gz" } else { "" }).into_bytes();
         Listing {
             body: Bytes::from(body),
-            etag,
-            modified,
             content_type,
             gzip,
         }
     }
 
-    fn validator_lines(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(96);
-        v.extend_from_slice(b"ETag: ");
-        v.extend_from_slice(&self.etag);
-        v.extend_from_slice(b"\r\nLast-Modified: ");
-        let when = UNIX_EPOCH + std::time::Duration::from_secs(self.modified);
-        v.extend_from_slice(httpdate::fmt_http_date(when).as_bytes());
-        v.extend_from_slice(b"\r\n");
-        v
+    fn headers(&self) -> Bytes {
+        let mut h = Vec::with_capacity(128);
+        h.extend_from_slice(b"Content-Type: ");
+        h.extend_from_slice(self.content_type.as_bytes());
+        h.extend_from_slice(b"\r\n");
+        if self.gzip {
+            h.extend_from_slice(b"Content-Encoding: gzip\r\n");
+        }
+        h.extend_from_slice(b"Vary: Accept, Accept-Encoding\r\nCache-Control: no-cache\r\n");
+        Bytes::from(h)
+    }
+
+    /// The whole listing, 200, without validators.
+    fn response(self) -> Response {
+        let mut r = Response::new(200, Body::Bytes(self.body.clone()));
+        r.shared_headers = self.headers();
+        r
     }
 }
 
@@ -78,49 +71,6 @@ fn compress(body: &[u8]) -> Vec<u8> {
     // Writing into a Vec cannot fail.
     let _ = enc.write_all(body);
     enc.finish().unwrap_or_default()
-}
-
-impl Representation for Listing {
-    fn etag(&self) -> &[u8] {
-        &self.etag
-    }
-
-    fn modified(&self) -> u64 {
-        self.modified
-    }
-
-    fn length(&self) -> u64 {
-        self.body.len() as u64
-    }
-
-    fn content_type(&self) -> &str {
-        self.content_type
-    }
-
-    fn headers(&self) -> Bytes {
-        let mut h = Vec::with_capacity(256);
-        h.extend_from_slice(b"Content-Type: ");
-        h.extend_from_slice(self.content_type.as_bytes());
-        h.extend_from_slice(b"\r\n");
-        if self.gzip {
-            h.extend_from_slice(b"Content-Encoding: gzip\r\n");
-        }
-        h.extend_from_slice(b"Vary: Accept, Accept-Encoding\r\nCache-Control: no-cache\r\n");
-        h.extend_from_slice(&self.validator_lines());
-        Bytes::from(h)
-    }
-
-    fn validators(&self) -> Bytes {
-        Bytes::from(self.validator_lines())
-    }
-
-    fn slice(&self, start: u64, end: u64) -> Part {
-        Part::Bytes(self.body.slice(start as usize..end as usize))
-    }
-
-    fn body(&self) -> Body {
-        Body::Bytes(self.body.clone())
-    }
 }
 
 /// Answer `req` with the listing of `dir` (HTML, or JSON for `?format=json` or an
@@ -147,20 +97,18 @@ pub(crate) async fn respond(req: &Request<'_>, dir: &Entry, options: Options) ->
     let Some(file) = dir.file.clone() else {
         return error_response(500);
     };
-    let dir_mtime = dir.mtime;
     let display = req.path.to_vec();
     let rendered = ramjet_observe::stats::blocking(move || {
         let rows = autoindex::read(&file, options)?;
-        let newest = rows.iter().map(|r| r.mtime).fold(dir_mtime, u64::max);
         let body = match format {
             Format::Json => autoindex::json(rows, sort),
             Format::Html => autoindex::html(&file, rows, sort, &display),
         };
-        Ok::<_, std::io::Error>(Listing::new(body, newest, format, gzip))
+        Ok::<_, std::io::Error>(Listing::new(body, format, gzip))
     })
     .await;
     match rendered {
-        Ok(Ok(listing)) => filters::respond(req.head, &listing, 1),
+        Ok(Ok(listing)) => listing.response(),
         Ok(Err(e)) => {
             tracing::warn!("listing {}: {e}", String::from_utf8_lossy(req.path));
             error_response(403)
@@ -177,22 +125,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tags_follow_the_bytes_and_the_variant() {
-        let a = Listing::new(b"<html>a</html>".to_vec(), 5, Format::Html, false);
-        let b = Listing::new(b"<html>b</html>".to_vec(), 5, Format::Html, false);
-        assert_ne!(a.etag, b.etag);
+    fn large_listings_are_compressed_and_none_has_validators() {
         let big = vec![b'x'; 10_000];
-        let plain = Listing::new(big.clone(), 5, Format::Html, false);
-        let gz = Listing::new(big, 5, Format::Html, true);
+        let gz = Listing::new(big, Format::Html, true);
         assert!(gz.gzip && gz.body.len() < 200, "{} bytes", gz.body.len());
-        assert_ne!(plain.etag, gz.etag);
-        assert!(gz.etag.ends_with(b"-gz\""));
         // Small listings are not compressed.
-        assert!(!Listing::new(b"tiny".to_vec(), 5, Format::Json, true).gzip);
+        assert!(!Listing::new(b"tiny".to_vec(), Format::Json, true).gzip);
         let h = String::from_utf8(gz.headers().to_vec()).unwrap();
-        assert!(
-            h.contains("Content-Encoding: gzip\r\n")
-                && h.contains("Last-Modified: Thu, 01 Jan 1970 00:00:05 GMT\r\n")
-        );
+        assert!(h.contains("Content-Encoding: gzip\r\n"), "{h}");
+        assert!(!h.contains("ETag") && !h.contains("Last-Modified"), "{h}");
     }
 }

@@ -20,6 +20,16 @@ fn logged_bytes(line: &str) -> u64 {
         .unwrap()
 }
 
+/// The access log at `file` once it holds `needle` (it is written at least once a
+/// second; polled with a deadline).
+fn logged(s: &Server, file: &str, needle: &str) -> String {
+    crate::poll_until(|| {
+        std::fs::read_to_string(s.path(file))
+            .ok()
+            .filter(|l| l.contains(needle))
+    })
+}
+
 #[test]
 fn slowloris_does_not_starve_normal_clients() {
     let s = server_with(
@@ -79,8 +89,11 @@ fn client_abort_mid_download_is_logged_and_harmless() {
         drop(t); // vanish mid-body
     }
     assert_eq!(s.get("/ok.txt").text(), "ok");
-    std::thread::sleep(Duration::from_millis(1500));
-    let log = std::fs::read_to_string(s.path("access.log")).unwrap();
+    let log = crate::poll_until(|| {
+        std::fs::read_to_string(s.path("access.log"))
+            .ok()
+            .filter(|l| l.matches("/big.bin").count() >= 5)
+    });
     let aborted: Vec<&str> = log.lines().filter(|l| l.contains("/big.bin")).collect();
     assert_eq!(aborted.len(), 5, "{log}");
     for line in aborted {
@@ -101,34 +114,40 @@ fn reload_under_load_without_failed_requests() {
     let addr = s.addr;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = stop.clone();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let bodies = seen.clone();
     let load = std::thread::spawn(move || {
-        let mut seen = Vec::new();
         let mut failures = 0;
         while !flag.load(std::sync::atomic::Ordering::Relaxed) {
             let mut c = ramjet_testkit::Client::connect(addr);
             for _ in 0..20 {
                 c.send(b"GET /v.txt HTTP/1.1\r\nHost: t\r\n\r\n");
                 match c.try_response(false) {
-                    Some(r) if r.status == 200 => seen.push(r.text()),
+                    Some(r) if r.status == 200 => bodies.lock().unwrap().push(r.text()),
                     _ => failures += 1,
                 }
             }
         }
-        (seen, failures)
+        failures
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // Answers seen so far, and whether the last one is `body`.
+    let count = || seen.lock().unwrap().len();
+    crate::poll_until(|| (count() > 50).then_some(()));
     s.rewrite_config("[[location]]\nroot = \"root2\"\n");
     s.signal(libc::SIGHUP);
     assert!(s.wait_for_log("configuration reloaded", Duration::from_secs(10)));
-    std::thread::sleep(Duration::from_millis(300));
+    let at = count();
+    crate::poll_until(|| (count() > at + 50).then_some(()));
     // A broken config is refused; the running one stays.
     s.rewrite_config("[[location]]\nroot = \"does-not-exist\"\n");
     s.signal(libc::SIGHUP);
     assert!(s.wait_for_log("reload refused", Duration::from_secs(10)));
-    std::thread::sleep(Duration::from_millis(300));
+    let at = count();
+    crate::poll_until(|| (count() > at + 50).then_some(()));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (seen, failures) = load.join().unwrap();
+    let failures = load.join().unwrap();
     assert_eq!(failures, 0);
+    let seen = seen.lock().unwrap();
     assert!(seen.iter().any(|t| t == "one") && seen.last().map(String::as_str) == Some("two"));
     assert_eq!(s.get("/v.txt").text(), "two");
     s.assert_clean_log(&["reload refused"]);
@@ -151,8 +170,7 @@ fn graceful_stop_finishes_in_flight_downloads() {
     s.signal(libc::SIGTERM);
     assert!(idle.closed());
     // New connections are refused once the listeners are closed.
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(TcpStream::connect(s.addr).is_err());
+    crate::poll_until(|| TcpStream::connect(s.addr).is_err().then_some(()));
     let mut rest = Vec::new();
     t.read_to_end(&mut rest).unwrap();
     let all = [first, rest].concat();
@@ -174,8 +192,7 @@ fn access_log_formats_and_reopen() {
     let mut c = s.client();
     c.send(b"GET /x.txt HTTP/1.1\r\nHost: t\r\nReferer: http://r/\r\nUser-Agent: t\"ester\r\nConnection: close\r\n\r\n");
     c.response(false);
-    std::thread::sleep(Duration::from_millis(1500));
-    let log = std::fs::read_to_string(s.path("access.log")).unwrap();
+    let log = logged(&s, "access.log", "/x.txt");
     assert!(log.contains("127.0.0.1 - - ["), "{log}");
     assert!(
         log.contains("] \"GET /x.txt HTTP/1.1\" 200 5 \"http://r/\" \"t\\x22ester\"\n"),
@@ -186,9 +203,8 @@ fn access_log_formats_and_reopen() {
     s.signal(libc::SIGUSR1);
     assert!(s.wait_for_log("access log reopened", Duration::from_secs(5)));
     s.get("/missing");
-    std::thread::sleep(Duration::from_millis(1500));
-    let fresh = std::fs::read_to_string(s.path("access.log")).unwrap();
-    assert!(fresh.contains("\"GET /missing HTTP/1.1\" 404"), "{fresh}");
+    let fresh = logged(&s, "access.log", "\"GET /missing HTTP/1.1\" 404");
+    assert!(!fresh.contains("/x.txt"), "{fresh}");
     s.assert_clean_log(&[]);
 }
 
@@ -199,8 +215,7 @@ fn json_access_log() {
         "[log]\naccess = \"{dir}/a.json\"\nformat = \"json\"\n",
     );
     s.get("/x.txt");
-    std::thread::sleep(Duration::from_millis(1500));
-    let log = std::fs::read_to_string(s.path("a.json")).unwrap();
+    let log = logged(&s, "a.json", "\"status\"");
     assert!(
         log.contains("\"status\":200") && log.contains("\"bytes\":5"),
         "{log}"
@@ -245,9 +260,10 @@ fn a_client_that_stops_reading_is_dropped_after_the_send_timeout() {
     let mut t = TcpStream::connect(s.addr).unwrap();
     t.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
         .unwrap();
-    // Read nothing for well past the send timeout: the socket buffers fill and stay full.
-    std::thread::sleep(Duration::from_secs(3));
-    // Other clients are still served meanwhile.
+    // Read nothing: the socket buffers fill and stay full, and once the send timeout has
+    // passed without progress the server drops the connection and logs it.
+    let log = logged(&s, "access.log", "/big.bin");
+    // Other clients are still served.
     assert_eq!(s.get("/ok.txt").text(), "ok");
     // What arrives is only what the kernel had buffered; then the server has closed.
     t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -257,8 +273,6 @@ fn a_client_that_stops_reading_is_dropped_after_the_send_timeout() {
         got.len() < big.len(),
         "the whole body arrived although the client stalled"
     );
-    std::thread::sleep(Duration::from_millis(1500));
-    let log = std::fs::read_to_string(s.path("access.log")).unwrap();
     let line = log
         .lines()
         .find(|l| l.contains("/big.bin"))
@@ -417,7 +431,8 @@ fn processes_share_the_port_and_take_signals_from_their_parent() {
         .arg("serve")
         .arg(dir.path())
         .args(["--listen", &listen, "--processes", "3", "--workers", "1"])
-        .args(["--access-log", "off"])
+        .args(["--access-log", "off", "--pid-file"])
+        .arg(dir.path().join("ramjet.pid"))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -454,6 +469,11 @@ fn processes_share_the_port_and_take_signals_from_their_parent() {
     .map(|p| p.parse().unwrap())
     .collect();
     assert_eq!(children.len(), 3);
+    // The pid file names the parent, which passes signals on (logrotate's USR1 reaches
+    // every process through it, and nothing else named ramjet).
+    let pid_file = dir.path().join("ramjet.pid");
+    let named = crate::poll_until(|| std::fs::read_to_string(&pid_file).ok());
+    assert_eq!(named, format!("{}\n", parent.id()));
     for _ in 0..20 {
         let (ok, body) = crate::curl(&[&format!("http://{listen}/a.txt")]);
         assert!(ok);
@@ -488,6 +508,7 @@ fn processes_share_the_port_and_take_signals_from_their_parent() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(status.success());
+    assert!(!pid_file.exists(), "the pid file outlived the server");
     for c in children {
         assert!(
             !std::path::Path::new(&format!("/proc/{c}")).exists()
