@@ -183,53 +183,96 @@ static const command_rec handoff_cmds[] = {
 
 /* ---- the parent: a listener, bound before the MPM opens its listeners ---- */
 
-static apr_status_t unlink_path(void *data)
+/* The socket itself lives as long as the parent: bound on the first configuration pass
+ * and kept across graceful and hard restarts (which re-run the passes in the same
+ * parent), so the path never disappears and what ramjet queued in it during a restart is
+ * read by the next generation's children. Each pass's listener record gets a duplicate
+ * of it, which httpd closes with the generation's other old listeners. */
+typedef struct {
+    int fd;
+    const char *path;
+} kept_socket;
+
+#define KEPT_KEY "ramjet_handoff_kept"
+
+static apr_status_t refuse_waiting(int fd);
+
+/* At the parent's exit (a stop, not a restart): the connections still queued in the
+ * socket get a 503, then the path goes. */
+static apr_status_t close_kept(void *data)
 {
-    if (getpid() == bound_by) {
-        unlink((const char *)data);
+    kept_socket *k = data;
+    if (getpid() == bound_by && k->fd >= 0) {
+        refuse_waiting(k->fd);
+        unlink(k->path);
+        close(k->fd);
+        k->fd = -1;
     }
     return APR_SUCCESS;
 }
 
-/* Runs before the MPM's open_logs, which counts and opens ap_listeners. The socket is
- * bound anew on every configuration pass; the previous pass's listener is closed by
- * httpd with the other old listeners, and its path was unlinked when its configuration
- * pool went. */
+static int bind_socket(server_rec *s, const char *path)
+{
+    struct sockaddr_un addr;
+    int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        ap_log_error(APLOG_MARK, APLOG_CRIT, errno, s, "ramjet_handoff: socket()");
+        return -1;
+    }
+    memset(&addr, 0, sizeof(addr));
+    addr.sun_family = AF_UNIX;
+    strcpy(addr.sun_path, path);
+    unlink(path);
+    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+        ap_log_error(APLOG_MARK, APLOG_CRIT, errno, s, "ramjet_handoff: cannot listen on %s",
+                     path);
+        close(fd);
+        return -1;
+    }
+    /* ramjet may run as another user than Apache's children: let it connect. */
+    chmod(path, 0666);
+    return fd;
+}
+
+/* Runs before the MPM's open_logs, which counts and opens ap_listeners. */
 static int handoff_open_logs(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
                              server_rec *s)
 {
     handoff_conf *conf = ap_get_module_config(s->module_config, &ramjet_handoff_module);
-    struct sockaddr_un addr;
     ap_listen_rec *lr, **tail;
     apr_pool_t *pglobal = s->process->pool;
+    kept_socket *kept = NULL;
     apr_status_t rv;
     int fd;
 
     handoff_lr = NULL;
     listen_fd = -1;
+    apr_pool_userdata_get((void **)&kept, KEPT_KEY, pglobal);
+    if (kept && kept->fd >= 0 && (!conf->socket_path || strcmp(kept->path, conf->socket_path))) {
+        /* The socket was removed or moved by this configuration. */
+        close_kept(kept);
+    }
     if (!conf->socket_path) {
         return OK;
     }
-    fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (!kept || kept->fd < 0) {
+        if (!kept) {
+            kept = apr_pcalloc(pglobal, sizeof(*kept));
+            apr_pool_userdata_set(kept, KEPT_KEY, apr_pool_cleanup_null, pglobal);
+            apr_pool_cleanup_register(pglobal, kept, close_kept, apr_pool_cleanup_null);
+        }
+        kept->fd = bind_socket(s, conf->socket_path);
+        if (kept->fd < 0) {
+            return HTTP_INTERNAL_SERVER_ERROR;
+        }
+        kept->path = apr_pstrdup(pglobal, conf->socket_path);
+        bound_by = getpid();
+    }
+    fd = fcntl(kept->fd, F_DUPFD_CLOEXEC, 3);
     if (fd < 0) {
-        ap_log_error(APLOG_MARK, APLOG_CRIT, errno, s, "ramjet_handoff: socket()");
+        ap_log_error(APLOG_MARK, APLOG_CRIT, errno, s, "ramjet_handoff: dup");
         return HTTP_INTERNAL_SERVER_ERROR;
     }
-    memset(&addr, 0, sizeof(addr));
-    addr.sun_family = AF_UNIX;
-    strcpy(addr.sun_path, conf->socket_path);
-    unlink(conf->socket_path);
-    if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
-        ap_log_error(APLOG_MARK, APLOG_CRIT, errno, s,
-                     "ramjet_handoff: cannot listen on %s", conf->socket_path);
-        close(fd);
-        return HTTP_INTERNAL_SERVER_ERROR;
-    }
-    /* ramjet may run as another user than Apache's children: let it connect. */
-    chmod(conf->socket_path, 0666);
-    bound_by = getpid();
-    apr_pool_cleanup_register(pconf, (void *)conf->socket_path, unlink_path,
-                              apr_pool_cleanup_null);
 
     /* Listener records outlive a configuration, as httpd's own do. */
     lr = apr_pcalloc(pglobal, sizeof(*lr));
@@ -408,6 +451,7 @@ static int pass_on(handed_t *h, int n)
     for (i = 0; i < n; i++) {
         apr_uint64_t id = h[i].id;
         if (at + RJH_RECORD_FIXED + h[i].prefix_len > sizeof(buf)) {
+            errno = EMSGSIZE;
             return 0;
         }
         put32(buf + at, (apr_uint32_t)(id >> 32));
@@ -523,6 +567,29 @@ static int receive(server_rec *s, handed_t *out)
     return count;
 }
 
+/* Answer every connection still queued in the socket `fd` with a 503 (at a stop). */
+static apr_status_t refuse_waiting(int fd)
+{
+    handed_t got[RJH_MAX_BATCH];
+    int saved = listen_fd, rounds, i, n;
+    struct pollfd p;
+    listen_fd = fd;
+    for (rounds = 0; rounds < 100000; rounds++) {
+        p.fd = fd;
+        p.events = POLLIN;
+        p.revents = 0;
+        if (poll(&p, 1, 0) <= 0 || !(p.revents & POLLIN)) {
+            break;
+        }
+        n = receive(ap_server_conf, got);
+        for (i = 0; i < n; i++) {
+            refuse(&got[i]);
+        }
+    }
+    listen_fd = saved;
+    return APR_SUCCESS;
+}
+
 /* A handed connection as the socket an accept function returns; the descriptor then
  * belongs to ptrans, and the pre_connection hook finds the rest in its userdata. */
 static apr_status_t accepted_socket(handed_t *h, apr_pool_t *ptrans, void **accepted)
@@ -626,21 +693,59 @@ static void *APR_THREAD_FUNC take_over_main(apr_thread_t *thd, void *data)
     return NULL;
 }
 
-/* When the child goes: connections still in its queue get a 503. A pre-cleanup, so it
- * runs before the child's subpools go; the MPM's threads have ended by then. */
+/* Pass connections back to the socket, waiting while its queue is full (the other
+ * children and the next generation's are reading it) for up to two seconds. */
+static int pass_back(handed_t *h, int n)
+{
+    int tries;
+    for (tries = 0; tries < 200; tries++) {
+        struct pollfd p;
+        if (pass_on(h, n)) {
+            return 1;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            return 0;
+        }
+        p.fd = listen_fd;
+        p.events = POLLOUT;
+        p.revents = 0;
+        poll(&p, 1, 10);
+    }
+    return 0;
+}
+
+/* When the child goes (a graceful or hard restart, MaxConnectionsPerChild, a stop):
+ * connections still in its queue go back to the socket, where the other children or the
+ * next generation's take them (the parent keeps the socket across restarts, and at a
+ * stop answers what is left there with a 503). Only what cannot be passed on gets a 503
+ * here. A pre-cleanup, so it runs before the child's subpools go; the MPM's threads have
+ * ended by then. */
 static apr_status_t stop_child(void *data)
 {
     apr_status_t rv;
+    handed_t back[RJH_MAX_BATCH];
+    int n = 0;
     stopping = 1;
     apr_thread_join(&rv, receiver_thread);
-    while (queue_len > 0) {
-        refuse(&queue[queue_head]);
-        queue_head = (queue_head + 1) % QUEUE_SLOTS;
-        queue_len--;
-    }
-    while (spare_len > 0) {
-        refuse(&spare[spare_at++]);
-        spare_len--;
+    while (queue_len > 0 || spare_len > 0 || n > 0) {
+        if (n < RJH_MAX_BATCH && queue_len > 0) {
+            back[n++] = queue[queue_head];
+            queue_head = (queue_head + 1) % QUEUE_SLOTS;
+            queue_len--;
+            continue;
+        }
+        if (n < RJH_MAX_BATCH && spare_len > 0) {
+            back[n++] = spare[spare_at++];
+            spare_len--;
+            continue;
+        }
+        if (!pass_back(back, n)) {
+            int i;
+            for (i = 0; i < n; i++) {
+                refuse(&back[i]);
+            }
+        }
+        n = 0;
     }
     return APR_SUCCESS;
 }

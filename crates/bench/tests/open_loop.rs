@@ -75,7 +75,7 @@ fn without_keep_alive_every_arrival_is_a_new_connection_at_the_rate() {
     // One connection per arrival: as many as were answered, never more than offered.
     let conns = seen.connections.load(Ordering::Relaxed);
     assert!(
-        conns as u64 >= r.responses && conns <= 1000,
+        conns >= r.responses && conns <= 1000,
         "{conns} connections"
     );
 }

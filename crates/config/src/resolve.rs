@@ -664,7 +664,13 @@ impl<'a> Resolver<'a> {
             handlers,
             statics,
             proxy,
-            max_body: loc.max_body.or(defaults.max_body).map_or(max_body, |s| s.0),
+            // A handed-off request's body is the backend's to read and to limit (Apache's
+            // LimitRequestBody): ramjet refuses none unless the location says so.
+            max_body: match (loc.max_body.or(defaults.max_body), &handoff) {
+                (Some(s), _) => s.0,
+                (None, Some(_)) => u64::MAX,
+                (None, None) => max_body,
+            },
             access,
             response_headers,
             redirect,

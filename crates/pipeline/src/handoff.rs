@@ -15,8 +15,15 @@ use std::time::{Duration, Instant};
 
 use ramjet_handoff::{Record, Sender};
 
-/// What a client gets when its backend cannot take the connection.
-const UNAVAILABLE: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: 33\r\nRetry-After: 1\r\nConnection: close\r\n\r\nThe backend is not available now.";
+/// What a client gets when its backend cannot take the connection (with the `Date` of
+/// `now`, as every answer of the server has one).
+fn unavailable(now: std::time::SystemTime) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\nServer: ramjet\r\nDate: {}\r\nContent-Type: text/plain\r\nContent-Length: 33\r\nRetry-After: 1\r\nConnection: close\r\n\r\nThe backend is not available now.",
+        httpdate::fmt_http_date(now)
+    )
+    .into_bytes()
+}
 
 /// How often a connection waiting for a backend whose queue is full tries again (the
 /// waiting costs the worker nothing: it is a timer in the connection's task).
@@ -39,6 +46,9 @@ pub(crate) struct Handoffs {
     senders: RefCell<Vec<Backend>>,
     queue: RefCell<Vec<Queued>>,
     next_id: Cell<u64>,
+    /// Backends that were full or absent at the last try, and when to try again: however
+    /// many connections wait for one, it is tried once per `RETRY`.
+    resting: RefCell<Vec<(Arc<PathBuf>, Instant)>>,
 }
 
 /// A backend this worker sends to.
@@ -79,6 +89,7 @@ impl Handoffs {
             queue: RefCell::new(Vec::new()),
             // Worker index in the top byte: ids are unique in the process.
             next_id: Cell::new((worker as u64) << 56),
+            resting: RefCell::new(Vec::new()),
         }
     }
 
@@ -111,46 +122,67 @@ impl Handoffs {
         fate
     }
 
-    /// Send every queued connection, per backend in batches. When a backend's queue is
-    /// full, its connections stay queued until their deadline (a later flush tries
-    /// again), then are answered 503 and closed. A backend that is not listening gets
-    /// its connections answered 503 and closed at once. Each failure is one warning
-    /// naming the backend.
+    /// Send every queued connection, per backend in batches. A backend whose queue is
+    /// full, or that is not there (no socket, or nobody bound to it: a backend restarting,
+    /// as Apache's graceful and hard restarts and logrotate's daily reload do), keeps its
+    /// connections queued until their deadline, tried again at most once per `RETRY`;
+    /// those still queued then are answered 503 and closed, with one warning naming the
+    /// backend.
     pub(crate) fn flush(&self, max_batch: usize, now: Instant) -> Flushed {
         let mut queue = std::mem::take(&mut *self.queue.borrow_mut());
         let mut done = Flushed::default();
+        self.resting.borrow_mut().retain(|(_, until)| *until > now);
         while let Some(first) = queue.first() {
             let socket = first.socket.clone();
             let (mine, rest): (Vec<Queued>, Vec<Queued>) =
                 queue.into_iter().partition(|q| q.socket == socket);
             queue = rest;
-            let (sent, messages, failure) = self.send_all(&socket, &mine, max_batch);
+            let resting = self.resting.borrow().iter().any(|(s, _)| *s == socket);
+            let (sent, messages, failure) = if resting {
+                let e = std::io::Error::from(std::io::ErrorKind::WouldBlock);
+                (0, 0, Some(e))
+            } else {
+                self.send_all(&socket, &mine, max_batch)
+            };
             for q in &mine[..sent] {
                 q.fate.set(Fate::Went);
             }
             done.connections += sent;
             done.messages += messages;
             let Some(e) = failure else { continue };
-            let full = e.kind() == std::io::ErrorKind::WouldBlock;
+            let wait = matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock
+                    | std::io::ErrorKind::NotFound
+                    | std::io::ErrorKind::ConnectionRefused
+            );
+            if wait && !resting {
+                self.resting
+                    .borrow_mut()
+                    .push((socket.clone(), now + RETRY));
+            }
             let mut refused = 0;
+            let mut answer: Option<Vec<u8>> = None;
             for q in mine.into_iter().skip(sent) {
-                if full && q.deadline > now {
+                if wait && q.deadline > now {
                     done.waiting += 1;
                     self.queue.borrow_mut().push(q);
                     continue;
                 }
                 q.fate.set(Fate::Refused);
                 if q.answer {
+                    let bytes =
+                        answer.get_or_insert_with(|| unavailable(std::time::SystemTime::now()));
                     let mut stream = std::net::TcpStream::from(q.fd);
                     // Best effort: the socket is non-blocking and the answer small.
-                    let _ = stream.write(UNAVAILABLE);
+                    let _ = stream.write(bytes);
                 }
                 refused += 1;
             }
             if refused > 0 {
-                let wait = if full { " after waiting" } else { "" };
+                let waited = if wait { " after waiting" } else { "" };
                 tracing::warn!(
-                    "hand-off to {}: {e}; {refused} connection(s) answered 503{wait}",
+                    "hand-off to {}: {e}; {refused} connection(s) answered 503{waited}",
                     socket.display()
                 );
             }
@@ -303,21 +335,67 @@ mod tests {
         assert_eq!(h.flush(1, Instant::now()).messages, 3);
     }
 
+    /// What a refused client read: the 503, with a `Date` and `Server` as every answer.
+    fn assert_unavailable(got: &[u8]) {
+        let text = String::from_utf8_lossy(got);
+        assert!(
+            text.starts_with("HTTP/1.1 503 Service Unavailable\r\nServer: ramjet\r\nDate: "),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("\r\n\r\nThe backend is not available now."),
+            "{text}"
+        );
+    }
+
     #[test]
-    fn an_absent_backend_gets_each_client_a_503_and_a_close() {
+    fn an_absent_backend_is_waited_for_then_each_client_gets_a_503_and_a_close() {
         let dir = tempfile::tempdir().unwrap();
         let path = Arc::new(dir.path().join("absent.sock"));
         let h = Handoffs::new(0);
         let conns = pairs(3);
-        let went = queue_all(&h, &path, &conns);
-        assert_eq!(h.flush(64, Instant::now()).refused, 3);
+        let t0 = Instant::now();
+        let went = queue_at(&h, &path, &conns, t0);
+        assert_eq!(h.flush(64, t0).waiting, 3);
+        // Tried at most once per RETRY however often flushed.
+        assert_eq!(h.flush(64, t0).waiting, 3);
+        assert!(went.iter().all(|w| w.get() == Fate::Queued));
+        assert_eq!(h.flush(64, t0 + WAIT + RETRY).refused, 3);
         assert!(went.iter().all(|w| w.get() == Fate::Refused));
         for (mut c, s) in conns {
             drop(s); // ramjet's own descriptor
             let mut got = Vec::new();
             c.read_to_end(&mut got).unwrap();
-            assert_eq!(got, UNAVAILABLE);
+            assert_unavailable(&got);
         }
+    }
+
+    /// A backend restarting (Apache's graceful or hard restart, logrotate's reload): its
+    /// socket is gone, then left with nobody bound (refused), then back. The connections
+    /// that arrived meanwhile wait and then go; none is refused.
+    #[test]
+    fn connections_wait_for_a_restarting_backend_and_go_when_it_is_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = Arc::new(dir.path().join("restart.sock"));
+        let h = Handoffs::new(0);
+        let conns = pairs(4);
+        let t0 = Instant::now();
+        let mut fates = queue_at(&h, &path, &conns[..2], t0);
+        assert_eq!(h.flush(64, t0).waiting, 2);
+        // A socket file nobody reads any more: refused, still waited for.
+        let gone = std::os::unix::net::UnixDatagram::bind(&*path).unwrap();
+        drop(gone);
+        fates.extend(queue_at(&h, &path, &conns[2..], t0));
+        let f = h.flush(64, t0 + RETRY);
+        assert_eq!((f.waiting, f.refused), (4, 0), "{f:?}");
+        // Back: everything goes at the next try.
+        std::fs::remove_file(&*path).unwrap();
+        let backend = std::os::unix::net::UnixDatagram::bind(&*path).unwrap();
+        let f = h.flush(64, t0 + RETRY * 2);
+        assert_eq!((f.connections, f.refused, f.waiting), (4, 0, 0), "{f:?}");
+        assert!(fates.iter().all(|f| f.get() == Fate::Went));
+        let mut buf = [0u8; 4096];
+        assert!(backend.recv(&mut buf).unwrap() > 0);
     }
 
     /// A datagram backend (several processes reading one socket) whose queue is full:
@@ -363,6 +441,6 @@ mod tests {
         drop(s);
         let mut got = Vec::new();
         c.read_to_end(&mut got).unwrap();
-        assert_eq!(got, UNAVAILABLE);
+        assert_unavailable(&got);
     }
 }

@@ -197,6 +197,57 @@ fn a_backend_that_is_not_there_gets_the_client_a_503() {
     s.assert_clean_log(&["hand-off to", "503"]);
 }
 
+/// A backend that is restarting (its socket gone) when a request arrives is waited for up
+/// to `timeouts.handoff`: once it is back, the connection goes to it, not a 503.
+#[test]
+fn a_backend_that_comes_back_within_the_timeout_gets_the_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("later.sock");
+    let s = server(&socket);
+    let mut c = Client::connect(s.addr);
+    c.send(b"GET /app/late HTTP/1.1\r\nHost: t\r\n\r\n");
+    // The request is read and waiting (the worker's log says nothing yet): bring the
+    // backend up within the second.
+    std::thread::sleep(Duration::from_millis(200));
+    backend(&socket);
+    let r = c.response(false);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("GET /app/late HTTP/1.1"), "{}", r.text());
+    assert_eq!(metric(&s, "ramjet_handoff_refused_total"), 0);
+}
+
+/// A handed-off location leaves the request body to the backend: ramjet's `max_body`
+/// (1 MB by default) does not apply there unless the location sets one.
+#[test]
+fn a_handed_off_request_body_is_not_limited_by_ramjet() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("b.sock");
+    backend(&socket);
+    let s = server(&socket);
+    let body = vec![b'x'; 3 * 1024 * 1024];
+    let mut req = format!(
+        "POST /app/upload HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&body);
+    let mut c = Client::connect(s.addr);
+    c.send(&req);
+    let r = c.response(false);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains("POST /app/upload HTTP/1.1"));
+    // Elsewhere the limit holds.
+    let mut c = Client::connect(s.addr);
+    let mut other = format!(
+        "POST /other HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    other.extend_from_slice(&body);
+    c.send(&other);
+    assert_eq!(c.response(false).status, 413);
+}
+
 /// `ramjet check-config` of `text` written to `bad.toml`: it must refuse it; its stderr.
 fn refused(text: &str) -> String {
     let dir = Server::dir();
