@@ -245,12 +245,15 @@ fn wget_mirror_sees_a_change_deep_in_the_tree() {
     assert_eq!(std::fs::read(&deep).unwrap(), b"deep v2, longer");
 }
 
+/// How a mirror tool is run into a directory.
+type MirrorCommand = Box<dyn Fn(&std::path::Path) -> std::process::Command>;
+
 /// lftp's `mirror` over HTTP, and rclone's HTTP remote, after the same deep change.
 #[test]
 fn lftp_and_rclone_mirrors_see_a_change_deep_in_the_tree() {
     let s = mirror_tree();
     let url = s.url("/pub/");
-    let tools: [(&str, Box<dyn Fn(&std::path::Path) -> std::process::Command>); 2] = [
+    let tools: [(&str, MirrorCommand); 2] = [
         (
             "lftp",
             Box::new(|to| {
