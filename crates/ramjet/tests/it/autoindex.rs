@@ -246,7 +246,7 @@ fn wget_mirror_sees_a_change_deep_in_the_tree() {
 }
 
 /// How a mirror tool is run into a directory.
-type MirrorCommand = Box<dyn Fn(&std::path::Path) -> std::process::Command>;
+type MirrorCommand<'a> = Box<dyn Fn(&std::path::Path) -> std::process::Command + 'a>;
 
 /// lftp's `mirror` over HTTP, and rclone's HTTP remote, after the same deep change.
 #[test]
