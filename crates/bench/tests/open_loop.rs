@@ -74,10 +74,7 @@ fn without_keep_alive_every_arrival_is_a_new_connection_at_the_rate() {
     assert!(kept(r.responses as f64, 1000.0), "{}", r.responses);
     // One connection per arrival: as many as were answered, never more than offered.
     let conns = seen.connections.load(Ordering::Relaxed);
-    assert!(
-        conns >= r.responses && conns <= 1000,
-        "{conns} connections"
-    );
+    assert!(conns >= r.responses && conns <= 1000, "{conns} connections");
 }
 
 #[test]

@@ -3,7 +3,11 @@
 //! `allow` is given, a client matching none of it is refused too. IPv4 clients reaching an
 //! IPv6 listener (`::ffff:a.b.c.d`) are matched as IPv4.
 
+use crate::error::ConfigError;
+use crate::raw::RawLocation;
+use crate::resolve::Resolver;
 use std::net::IpAddr;
+use toml::Spanned;
 
 /// An address prefix: `10.0.0.0/8`, `2001:db8::/32`, a single address, or `all`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +95,32 @@ impl AccessRules {
             return false;
         }
         self.allow.is_empty() || self.allow.iter().any(|c| c.contains(ip))
+    }
+}
+
+impl Resolver<'_> {
+    /// `allow` and `deny` (each inherited from `[defaults]` when the location has none).
+    pub(crate) fn access(
+        &self,
+        d: &RawLocation,
+        l: &RawLocation,
+        key: &str,
+    ) -> Result<Option<Box<crate::access::AccessRules>>, ConfigError> {
+        let parse = |list: Option<&Vec<Spanned<String>>>, name: &str| {
+            let mut out = Vec::new();
+            for (i, rule) in list.into_iter().flatten().enumerate() {
+                let cidr = crate::access::Cidr::parse(rule.get_ref())
+                    .map_err(|m| self.err(Some(rule.span()), &format!("{key}.{name}[{i}]"), m))?;
+                out.push(cidr);
+            }
+            Ok::<_, ConfigError>(out)
+        };
+        let allow = parse(l.allow.as_ref().or(d.allow.as_ref()), "allow")?;
+        let deny = parse(l.deny.as_ref().or(d.deny.as_ref()), "deny")?;
+        if allow.is_empty() && deny.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(Box::new(crate::access::AccessRules { allow, deny })))
     }
 }
 

@@ -4,7 +4,11 @@
 
 use std::path::Path;
 
+use crate::error::ConfigError;
+use crate::resolve::Resolver;
 use bytes::Bytes;
+use std::sync::Arc;
+use toml::Spanned;
 
 /// Largest error page accepted.
 pub const MAX_PAGE: u64 = 1024 * 1024;
@@ -89,4 +93,28 @@ pub(crate) fn load(status: u16, path: &Path) -> Result<ErrorPage, String> {
         body: Bytes::from(body),
         file: path.to_path_buf(),
     })
+}
+
+impl Resolver<'_> {
+    /// Error pages from a table (`None`: no table, the server's own pages).
+    pub(crate) fn error_pages(
+        &self,
+        table: Option<&std::collections::BTreeMap<String, Spanned<String>>>,
+        key: &str,
+    ) -> Result<Option<Arc<ErrorPages>>, ConfigError> {
+        let Some(table) = table else {
+            return Ok(None);
+        };
+        let mut pages = ErrorPages::default();
+        for (status, file) in table {
+            let k = format!("{key}.error_pages.{status}");
+            let status = crate::error_pages::status_of(status)
+                .map_err(|m| self.err(Some(file.span()), &k, m))?;
+            let path = self.base.join(file.get_ref());
+            let page = crate::error_pages::load(status, &path)
+                .map_err(|m| self.err(Some(file.span()), &k, m))?;
+            pages.push(page);
+        }
+        Ok(Some(Arc::new(pages)))
+    }
 }

@@ -1,5 +1,8 @@
 //! The closed set of handlers a location can chain (DESIGN.md §3, "Handlers").
 
+use crate::error::ConfigError;
+use crate::raw::RawLocation;
+use crate::resolve::Resolver;
 use serde::Deserialize;
 
 /// A handler of a location. Adding one adds a variant here and a crate beside its code;
@@ -39,5 +42,49 @@ impl Handler {
             Handler::Module => "module",
             Handler::Cgi => "cgi",
         }
+    }
+}
+
+impl Resolver<'_> {
+    /// The location's handler chain: as written, or `["proxy"]` when it names an upstream,
+    /// else `["static"]`.
+    pub(crate) fn handlers(
+        &self,
+        d: &RawLocation,
+        l: &RawLocation,
+        key: &str,
+    ) -> Result<Vec<Handler>, ConfigError> {
+        let key = format!("{key}.handlers");
+        let Some(list) = l.handlers.as_ref().or(d.handlers.as_ref()) else {
+            let proxied = l.proxy.is_some() || d.proxy.is_some();
+            return Ok(vec![if l.redirect.is_some() {
+                Handler::Redirect
+            } else if l.handoff.is_some() {
+                Handler::Handoff
+            } else if l.module.is_some() {
+                Handler::Module
+            } else if l.cgi_root.is_some() {
+                Handler::Cgi
+            } else if proxied {
+                Handler::Proxy
+            } else {
+                Handler::Static
+            }]);
+        };
+        let mut out = Vec::new();
+        for h in list {
+            if out.contains(h.get_ref()) {
+                return Err(self.err(
+                    Some(h.span()),
+                    &key,
+                    format!("`{}` is listed twice", h.get_ref().name()),
+                ));
+            }
+            out.push(*h.get_ref());
+        }
+        if out.is_empty() {
+            return Err(self.err(None, &key, "needs at least one handler".into()));
+        }
+        Ok(out)
     }
 }

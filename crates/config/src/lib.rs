@@ -7,33 +7,41 @@
 #![forbid(unsafe_code)]
 
 mod access;
+mod cgi;
 mod error;
 mod error_pages;
+mod file_cache;
 mod handler;
+mod handoff;
 mod headers;
+mod limits;
+mod listen;
+mod log;
 mod module;
 mod print;
 mod protect;
 pub mod raw;
+mod redirect;
 mod resolve;
 mod resolved;
 mod shaping;
 mod statics;
+mod timeouts;
 mod units;
 mod upstream;
+mod workers;
 
 pub use access::{AccessRules, Cidr};
+pub use cgi::{find_user, CgiOptions, CgiUser};
 pub use error::ConfigError;
 pub use error_pages::{ErrorPage, ErrorPages};
 pub use handler::Handler;
 pub use headers::ResponseHeaders;
 pub use module::{set_module_starter, ModuleError, ModuleInstance, ModuleMount, ModuleStarter};
 pub use protect::BasicAuth;
+pub use redirect::RedirectOptions;
 pub use resolve::{for_directory, load_file, load_str};
-pub use resolved::{
-    find_user, strip_port, CgiOptions, CgiUser, FileCacheOptions, Limits, Location,
-    RedirectOptions, Resolved, Timeouts, VHost,
-};
+pub use resolved::{strip_port, FileCacheOptions, Limits, Location, Resolved, Timeouts, VHost};
 pub use shaping::Shaping;
 pub use statics::{Encoding, StaticOptions, SymlinkPolicy, DEFAULT_MAX_RANGES};
 pub use upstream::{Balance, ProxyOptions, Upstream, UpstreamAddr, UpstreamServer};

@@ -4,6 +4,9 @@
 //! configuration error with file, line and key like any other, and a reload starts the
 //! new configuration's modules before it is taken.
 
+use crate::error::ConfigError;
+use crate::raw::RawLocation;
+use crate::resolve::Resolver;
 use std::any::Any;
 use std::sync::{Arc, OnceLock};
 
@@ -51,5 +54,43 @@ pub struct ModuleMount {
 impl std::fmt::Debug for ModuleMount {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "ModuleMount({})", self.name)
+    }
+}
+
+impl Resolver<'_> {
+    /// A location's module, started from its `module_config` table (a wrong table is
+    /// this file's error, at the table's line).
+    pub(crate) fn module(
+        &self,
+        l: &RawLocation,
+        key: &str,
+    ) -> Result<std::sync::Arc<crate::ModuleMount>, ConfigError> {
+        let Some(name) = l.module.as_ref() else {
+            return Err(self.err(
+                l.path.as_ref().map(|p| p.span()),
+                &format!("{key}.module"),
+                "missing: a location with the module handler names its module".into(),
+            ));
+        };
+        let config = l
+            .module_config
+            .as_ref()
+            .map(|t| t.get_ref().clone())
+            .unwrap_or_default();
+        match crate::module::start(name.get_ref(), &config) {
+            Ok(instance) => Ok(std::sync::Arc::new(crate::ModuleMount {
+                name: name.get_ref().clone(),
+                config,
+                instance,
+            })),
+            Err(e) => {
+                let (span, k) = match (&e.key, &l.module_config) {
+                    (Some(k), Some(t)) => (t.span(), format!("{key}.module_config.{k}")),
+                    (Some(k), None) => (name.span(), format!("{key}.module_config.{k}")),
+                    (None, _) => (name.span(), format!("{key}.module")),
+                };
+                Err(self.err(Some(span), &k, e.message))
+            }
+        }
     }
 }

@@ -4,13 +4,19 @@
 use std::collections::BTreeMap;
 
 use crate::statics::{Encoding, SymlinkPolicy};
-use ramjet_observe::{LogFormat, LogTarget};
 use serde::Deserialize;
 use toml::Spanned;
 
 use crate::handler::Handler;
 use crate::units::{Seconds, Size};
 use crate::upstream::RawUpstream;
+
+pub use crate::file_cache::RawFileCache;
+pub use crate::limits::RawLimits;
+pub use crate::listen::{ListenTable, RawListen};
+pub use crate::log::RawLog;
+pub use crate::timeouts::RawTimeouts;
+pub use crate::workers::Workers;
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -20,7 +26,7 @@ pub struct RawConfig {
     /// `{ address = "...", proxy_protocol = true }` expects a PROXY header first.
     pub listen: Option<Vec<Spanned<RawListen>>>,
     /// Worker threads: a number or "auto" (one per CPU).
-    pub workers: Option<Workers>,
+    pub workers: Option<Spanned<Workers>>,
     /// Pin worker i to CPU i.
     pub pin_workers: Option<bool>,
     pub limits: Option<RawLimits>,
@@ -34,107 +40,6 @@ pub struct RawConfig {
     pub vhost: Option<Vec<RawVHost>>,
     /// Backends a `proxy` location forwards to, by name.
     pub upstream: Option<BTreeMap<String, RawUpstream>>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
-pub enum RawListen {
-    Address(String),
-    Table {
-        address: String,
-        /// Connections start with a PROXY protocol header (v1 or v2) from a balancer;
-        /// without one they are closed.
-        #[serde(default)]
-        proxy_protocol: bool,
-    },
-}
-
-impl RawListen {
-    pub fn address(&self) -> &str {
-        match self {
-            RawListen::Address(a) | RawListen::Table { address: a, .. } => a,
-        }
-    }
-
-    pub fn proxy_protocol(&self) -> bool {
-        matches!(
-            self,
-            RawListen::Table {
-                proxy_protocol: true,
-                ..
-            }
-        )
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-pub enum Workers {
-    Count(usize),
-    Auto(String),
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawLimits {
-    pub max_target: Option<Size>,
-    pub max_head: Option<Size>,
-    pub max_body: Option<Size>,
-    pub max_connections: Option<usize>,
-    /// SO_SNDBUF for client connections (set on the listeners, inherited by accepted
-    /// sockets); unset leaves the kernel's autotuning. Small values bound the kernel memory
-    /// of many slow downloads.
-    pub send_buffer: Option<Size>,
-    /// Send rate of all client connections together (bytes per second).
-    pub send_rate: Option<Size>,
-    /// Open connections per client address; past it, requests get 429.
-    pub max_connections_per_client: Option<u32>,
-    /// Most connections per hand-off message (1 to 64).
-    pub handoff_batch: Option<u32>,
-    /// CGI programs running at once, all workers together; past it, 503.
-    pub cgi_processes: Option<u32>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawTimeouts {
-    /// Whole request head must arrive within this (slowloris defence).
-    pub header: Option<Seconds>,
-    /// Idle keep-alive connection is closed after this.
-    pub keepalive: Option<Seconds>,
-    /// A write that makes no progress for this long closes the connection.
-    pub send: Option<Seconds>,
-    /// On TERM/INT, in-flight responses get this long to finish.
-    pub shutdown: Option<Seconds>,
-    /// A connection waits this long for a hand-off backend whose queue is full.
-    pub handoff: Option<Seconds>,
-    /// A CGI program silent this long (no header yet: 504; in its body: cut) is killed.
-    pub cgi: Option<Seconds>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawLog {
-    /// "off", "stdout", "stderr" or a file path.
-    pub access: Option<LogTarget>,
-    pub format: Option<LogFormat>,
-    /// Diagnostics level: error, warn, info, debug, trace.
-    pub level: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawFileCache {
-    /// Open files (with metadata and response head) kept per worker.
-    pub entries: Option<usize>,
-    /// Bytes of small-file bodies kept in memory per worker.
-    pub memory: Option<Size>,
-    /// Files up to this size are served from memory.
-    pub small_file_max: Option<Size>,
-    /// How long a cached entry is trusted before its file is checked for changes.
-    pub valid: Option<Seconds>,
-    /// Watch cached files' directories (inotify) and re-check a file as soon as it changes.
-    pub watch: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -4,7 +4,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use crate::cgi::CgiOptions;
 use crate::handler::Handler;
+use crate::redirect::RedirectOptions;
 use crate::statics::StaticOptions;
 use crate::upstream::{ProxyOptions, Upstream};
 use ramjet_observe::AccessLogOptions;
@@ -130,13 +132,6 @@ pub struct Location {
     pub shaping: Option<Box<crate::Shaping>>,
 }
 
-/// Where a `redirect` location sends its clients.
-#[derive(Debug, Clone)]
-pub struct RedirectOptions {
-    pub target: String,
-    pub status: u16,
-}
-
 impl Location {
     /// Whether a handler after `h` will be asked if `h` declines (so `h` may decline what
     /// it would otherwise refuse, e.g. a method it does not serve).
@@ -232,43 +227,4 @@ mod tests {
         assert!(!name_matches("*.a.com", b"wwwa.com"));
         assert!(name_matches("*", b"x"));
     }
-}
-
-/// Where a `cgi` location's programs are, and what their environment gets.
-#[derive(Debug, Clone)]
-pub struct CgiOptions {
-    /// Absolute, an existing directory.
-    pub root: std::path::PathBuf,
-    /// Extra variables, in order.
-    pub env: Vec<(String, String)>,
-    /// `DOCUMENT_ROOT` (the location's `root`, else `root`).
-    pub document_root: std::path::PathBuf,
-    /// Programs run as this user (`cgi_user`): name, uid and primary gid.
-    pub user: Option<CgiUser>,
-    /// The client's `Authorization` is passed on (`cgi_pass_auth`).
-    pub pass_auth: bool,
-    /// Fields with `_` in their names become variables too (`underscores_in_headers`).
-    pub underscores: bool,
-}
-
-/// The account CGI programs run as.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CgiUser {
-    pub name: String,
-    pub uid: u32,
-    pub gid: u32,
-}
-
-/// Look `name` (or a numeric uid) up in `passwd` (the text of `/etc/passwd`).
-pub fn find_user(passwd: &str, name: &str) -> Option<CgiUser> {
-    passwd.lines().find_map(|line| {
-        let mut f = line.split(':');
-        let (user, _, uid, gid) = (f.next()?, f.next()?, f.next()?, f.next()?);
-        let (uid, gid) = (uid.parse().ok()?, gid.parse().ok()?);
-        (user == name || name.parse::<u32>() == Ok(uid)).then(|| CgiUser {
-            name: user.to_string(),
-            uid,
-            gid,
-        })
-    })
 }

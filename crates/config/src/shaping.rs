@@ -7,6 +7,9 @@
 use std::net::IpAddr;
 use std::sync::{Arc, Weak};
 
+use crate::error::ConfigError;
+use crate::raw::RawLocation;
+use crate::resolve::Resolver;
 use ramjet_shaping::{ClientTable, RequestRate, SharedBucket};
 
 /// Least send rate accepted (bytes per second).
@@ -64,6 +67,63 @@ pub(crate) fn request_rate(s: &str) -> Result<f64, String> {
         return Err(bad());
     }
     Ok(n / per)
+}
+
+impl Resolver<'_> {
+    /// Send and request rates (each key inherited from `[defaults]` when the location has
+    /// none); `None` when there are none.
+    pub(crate) fn shaping(
+        &self,
+        d: &RawLocation,
+        l: &RawLocation,
+        key: &str,
+    ) -> Result<Option<Box<crate::Shaping>>, ConfigError> {
+        let span = l.path.as_ref().map(|p| p.span());
+        let rate = |v: Option<crate::units::Size>, name: &str| match v.map(|s| s.0) {
+            Some(r) if r < crate::shaping::MIN_RATE => Err(self.err(
+                span.clone(),
+                &format!("{key}.{name}"),
+                format!("at least {} bytes per second", crate::shaping::MIN_RATE),
+            )),
+            r => Ok(r),
+        };
+        let per_conn = rate(l.limit_rate.or(d.limit_rate), "limit_rate")?;
+        let client = rate(
+            l.limit_rate_client.or(d.limit_rate_client),
+            "limit_rate_client",
+        )?;
+        let location = rate(
+            l.limit_rate_location.or(d.limit_rate_location),
+            "limit_rate_location",
+        )?;
+        let after = l.limit_rate_after.or(d.limit_rate_after).map_or(0, |s| s.0);
+        let req = l.limit_req.as_ref().or(d.limit_req.as_ref());
+        let burst = l.limit_req_burst.or(d.limit_req_burst).unwrap_or(0);
+        let requests = match req {
+            None => None,
+            Some(text) => {
+                let per_second = crate::shaping::request_rate(text.get_ref())
+                    .map_err(|m| self.err(Some(text.span()), &format!("{key}.limit_req"), m))?;
+                Some((
+                    per_second,
+                    burst,
+                    Arc::new(ramjet_shaping::RequestRate::new(per_second, burst)),
+                ))
+            }
+        };
+        if per_conn.is_none() && client.is_none() && location.is_none() && requests.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Box::new(crate::Shaping {
+            rate: per_conn,
+            rate_after: after,
+            client_rate: client,
+            clients: client.map(|_| Arc::new(ramjet_shaping::ClientTable::new())),
+            location: location.map(|r| Arc::new(ramjet_shaping::SharedBucket::new(r))),
+            requests_text: req.map(|t| t.get_ref().trim().to_string()),
+            requests,
+        })))
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,9 @@
 //! The `[[location]]` options of the static-file handler, resolved: what it reads per request.
 //! Built once by the config crate; never changed afterwards (reload builds new ones).
 
+use crate::error::ConfigError;
+use crate::raw::RawLocation;
+use crate::resolve::Resolver;
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::PathBuf;
@@ -74,3 +77,81 @@ pub struct StaticOptions {
 
 /// Default cap on ranges per request (after coalescing).
 pub const DEFAULT_MAX_RANGES: usize = 16;
+
+impl Resolver<'_> {
+    pub(crate) fn statics(
+        &self,
+        d: &RawLocation,
+        l: &RawLocation,
+        key: &str,
+    ) -> Result<StaticOptions, ConfigError> {
+        let Some(root) = l.root.as_ref().or(d.root.as_ref()) else {
+            return Err(self.err(
+                l.path.as_ref().map(|p| p.span()),
+                &format!("{key}.root"),
+                "missing: every location needs a document root".into(),
+            ));
+        };
+        let mut root_path = PathBuf::from(root.get_ref());
+        if root_path.is_relative() {
+            root_path = self.base.join(root_path);
+        }
+        let dir = File::open(&root_path)
+            .and_then(|f| {
+                if f.metadata()?.is_dir() {
+                    Ok(f)
+                } else {
+                    Err(std::io::Error::other("not a directory"))
+                }
+            })
+            .map_err(|e| {
+                self.err(
+                    Some(root.span()),
+                    &format!("{key}.root"),
+                    format!("{}: {e}", root_path.display()),
+                )
+            })?;
+        let types: HashMap<String, String> = d
+            .types
+            .iter()
+            .chain(l.types.iter())
+            .flat_map(|m| m.iter())
+            .map(|(k, v)| (k.trim_start_matches('.').to_ascii_lowercase(), v.clone()))
+            .collect();
+        Ok(StaticOptions {
+            root_path,
+            root: Arc::new(dir),
+            autoindex: l.autoindex.or(d.autoindex).unwrap_or(false),
+            autoindex_dotfiles: l
+                .autoindex_dotfiles
+                .or(d.autoindex_dotfiles)
+                .unwrap_or(false),
+            symlinks: l
+                .symlinks
+                .or(d.symlinks)
+                .unwrap_or(SymlinkPolicy::InsideRoot),
+            index: l
+                .index
+                .clone()
+                .or_else(|| d.index.clone())
+                .unwrap_or_else(|| vec!["index.html".into()]),
+            precompressed: l
+                .precompressed
+                .clone()
+                .or_else(|| d.precompressed.clone())
+                .unwrap_or_default(),
+            types,
+            charset: l
+                .charset
+                .clone()
+                .or_else(|| d.charset.clone())
+                .or_else(|| Some("utf-8".into()))
+                .filter(|c| !c.is_empty()),
+            max_ranges: l
+                .max_ranges
+                .or(d.max_ranges)
+                .unwrap_or(DEFAULT_MAX_RANGES)
+                .max(1),
+        })
+    }
+}

@@ -8,6 +8,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::error::ConfigError;
+use crate::raw::RawLocation;
+use crate::resolve::Resolver;
 use crate::units::{Seconds, Size};
 
 /// Idle upstream connections kept per worker and server (nginx `keepalive 32`).
@@ -58,14 +61,49 @@ pub struct RawUpstream {
     pub max_response_head: Option<Size>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// An upstream server: an address, or a table with a weight (unknown keys refused by
+/// name, as for `listen` entries).
+#[derive(Debug)]
 pub enum RawServer {
     Address(String),
     Weighted {
         address: String,
         weight: Option<u32>,
     },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WeightedServer {
+    address: String,
+    weight: Option<u32>,
+}
+
+impl<'de> Deserialize<'de> for RawServer {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = RawServer;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an address (\"127.0.0.1:8000\", \"unix:/path\") or a table { address = ..., weight = ... }")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawServer, E> {
+                Ok(RawServer::Address(v.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<RawServer, A::Error> {
+                let w =
+                    WeightedServer::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
+                Ok(RawServer::Weighted {
+                    address: w.address,
+                    weight: w.weight,
+                })
+            }
+        }
+        d.deserialize_any(Visit)
+    }
 }
 
 /// How a server is picked for a request.
@@ -169,43 +207,56 @@ pub(crate) fn server(raw: &RawServer) -> Result<UpstreamServer, String> {
 }
 
 /// Resolve one upstream table (`key` names it in errors).
-pub(crate) fn resolve(name: &str, raw: &RawUpstream) -> Result<Upstream, (String, String)> {
+/// Every error of the table comes back (key, message), not only the first.
+pub(crate) fn resolve(name: &str, raw: &RawUpstream) -> Result<Upstream, Vec<(String, String)>> {
     let key = |k: &str| format!("upstream.{name}.{k}");
     let mut servers = Vec::new();
+    let mut bad = Vec::new();
     for (i, s) in raw.servers.get_ref().iter().enumerate() {
-        let mut s = server(s).map_err(|m| (key(&format!("servers[{i}]")), m))?;
-        s.metrics = ramjet_observe::stats::upstream_slot(name, &s.addr.to_string());
-        servers.push(s);
+        match server(s) {
+            Ok(mut s) => {
+                s.metrics = ramjet_observe::stats::upstream_slot(name, &s.addr.to_string());
+                servers.push(s);
+            }
+            Err(m) => bad.push((key(&format!("servers[{i}]")), m)),
+        }
+    }
+    if !bad.is_empty() {
+        // Every bad server named, not only the first.
+        return Err(bad);
     }
     if servers.is_empty() {
-        return Err((key("servers"), "needs at least one server".into()));
+        return Err(vec![(key("servers"), "needs at least one server".into())]);
     }
     if servers.len() > MAX_SERVERS {
-        return Err((
+        return Err(vec![(
             key("servers"),
             format!(
                 "{} servers; at most {MAX_SERVERS} per upstream",
                 servers.len()
             ),
-        ));
+        )]);
     }
     let tries = raw.tries.unwrap_or(servers.len() as u32);
     if tries == 0 {
-        return Err((key("tries"), "must be at least 1".into()));
+        return Err(vec![(key("tries"), "must be at least 1".into())]);
     }
     if let Some(path) = &raw.health_check {
         if !path.starts_with('/') || path.bytes().any(|b| b <= b' ' || b == 0x7f) {
-            return Err((
+            return Err(vec![(
                 key("health_check"),
                 format!("`{path}` must be a path starting with / without spaces"),
-            ));
+            )]);
         }
     }
     let max_response_head = raw
         .max_response_head
         .map_or(DEFAULT_MAX_RESPONSE_HEAD, |s| s.0 as usize);
     if max_response_head < 1024 {
-        return Err((key("max_response_head"), "must be at least 1k".into()));
+        return Err(vec![(
+            key("max_response_head"),
+            "must be at least 1k".into(),
+        )]);
     }
     let secs = |v: Option<Seconds>, d| v.map_or(d, |s| s.0);
     Ok(Upstream {
@@ -225,4 +276,76 @@ pub(crate) fn resolve(name: &str, raw: &RawUpstream) -> Result<Upstream, (String
         retry_non_idempotent: raw.retry_non_idempotent.unwrap_or(false),
         max_response_head,
     })
+}
+
+impl Resolver<'_> {
+    pub(crate) fn proxy(
+        &self,
+        d: &RawLocation,
+        l: &RawLocation,
+        key: &str,
+        upstreams: &[Upstream],
+    ) -> Result<ProxyOptions, ConfigError> {
+        let Some(name) = l.proxy.as_ref().or(d.proxy.as_ref()) else {
+            return Err(self.err(
+                l.path.as_ref().map(|p| p.span()),
+                &format!("{key}.proxy"),
+                "missing: a location with the proxy handler names an [upstream.NAME]".into(),
+            ));
+        };
+        if self.failed_upstreams.borrow().contains(name.get_ref()) {
+            // Its own errors are reported; naming it is not another one.
+            return Ok(ProxyOptions {
+                upstream: 0,
+                path: None,
+                host: None,
+                underscores: false,
+            });
+        }
+        let Some(upstream) = upstreams.iter().position(|u| u.name == *name.get_ref()) else {
+            let known: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
+            return Err(self.err(
+                Some(name.span()),
+                &format!("{key}.proxy"),
+                format!(
+                    "no [upstream.{}] (defined: {})",
+                    name.get_ref(),
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        };
+        let path = l.proxy_path.as_ref().or(d.proxy_path.as_ref());
+        if let Some(p) = path {
+            if !p.get_ref().starts_with('/') {
+                return Err(self.err(
+                    Some(p.span()),
+                    &format!("{key}.proxy_path"),
+                    format!("`{}` must start with /", p.get_ref()),
+                ));
+            }
+        }
+        let host = l.proxy_host.clone().or_else(|| d.proxy_host.clone());
+        if let Some(h) = &host {
+            if h.is_empty() || h.bytes().any(|b| b <= b' ' || b == 0x7f) {
+                return Err(self.err(
+                    None,
+                    &format!("{key}.proxy_host"),
+                    format!("`{h}` is not a host name"),
+                ));
+            }
+        }
+        Ok(ProxyOptions {
+            upstream,
+            path: path.map(|p| p.get_ref().clone()),
+            host,
+            underscores: l
+                .underscores_in_headers
+                .or(d.underscores_in_headers)
+                .unwrap_or(false),
+        })
+    }
 }

@@ -1,4 +1,6 @@
 use super::*;
+use crate::statics::SymlinkPolicy;
+use crate::timeouts::DEFAULT_HEADER_TIMEOUT;
 
 fn load(src: &str) -> Result<Resolved, ConfigError> {
     let dir = tempfile::tempdir().unwrap();
@@ -245,4 +247,90 @@ root = "missing-dir"
     );
     // The location naming the broken upstream adds no error of its own.
     assert!(!text.contains("no [upstream.app]"), "{text}");
+}
+
+/// Values of the wrong type, unknown keys in inline tables and the checks of the rest: one
+/// run names them all, each with its line and key (they used to come one per run, the
+/// first only; `workers` without a line; a listener's unknown keys not at all).
+#[test]
+fn type_errors_come_all_at_once_with_line_and_key() {
+    let src = r#"workers = "four"
+listen = [{ address = "127.0.0.1:443", tls = { certificate = "c.pem", key = "k.pem" } }]
+[limits]
+max_body = "ten megs"
+[upstream.backend]
+servers = ["no-port", "also bad", { address = "127.0.0.1:1", wieght = 2 }]
+[upstream.typed]
+servers = "127.0.0.1:80"
+[[location]]
+root = "www"
+autoindex = "yes"
+[[location]]
+path = "/b/"
+proxy = "typed"
+[[location]]
+path = "/c/"
+root = "missing-dir"
+"#;
+    let e = load(src).unwrap_err();
+    let all: Vec<&ConfigError> = std::iter::once(&e).chain(e.also.iter()).collect();
+    let found: Vec<(Option<usize>, &str)> = all
+        .iter()
+        .map(|e| (e.line, e.key.as_deref().unwrap_or("")))
+        .collect();
+    let text = e.to_string();
+    for want in [
+        (Some(1), "workers"),
+        (Some(2), "listen[0].tls"),
+        (Some(4), "limits.max_body"),
+        (Some(6), "upstream.backend.servers[2].wieght"),
+        (Some(8), "upstream.typed.servers"),
+        (Some(11), "location[0].autoindex"),
+        (Some(17), "location[2].root"),
+    ] {
+        assert!(found.contains(&want), "{want:?} missing:\n{text}");
+    }
+    assert!(text.contains("unknown key `tls`"), "{text}");
+    assert!(!text.contains("missing field"), "{text}");
+    assert!(!text.contains("serde"), "{text}");
+    // The upstream whose table was wrong is not reported again as "not defined".
+    assert!(!text.contains("no [upstream.typed]"), "{text}");
+    // Every line of the report has a line number.
+    assert!(text.lines().all(|l| l.starts_with("test.toml:")), "{text}");
+    let numbered = text.lines().all(|l| {
+        l.split(':')
+            .nth(1)
+            .is_some_and(|n| n.parse::<usize>().is_ok())
+    });
+    assert!(numbered, "{text}");
+}
+
+#[test]
+fn every_bad_server_of_an_upstream_is_named() {
+    let e = load(
+        "[upstream.a]\nservers = [\"no-port\", \"127.0.0.1:1\", \"also-bad\"]\n[[location]]\nproxy = \"a\"\n",
+    )
+    .unwrap_err();
+    let all: Vec<&str> = std::iter::once(&e)
+        .chain(e.also.iter())
+        .filter_map(|e| e.key.as_deref())
+        .collect();
+    assert_eq!(
+        all,
+        ["upstream.a.servers[0]", "upstream.a.servers[2]"],
+        "{e}"
+    );
+}
+
+#[test]
+fn a_listener_table_refuses_keys_it_does_not_know() {
+    let e = load(
+        "listen = [{ address = \"127.0.0.1:0\", bogus_key = 5 }]\n[[location]]\nroot = \"www\"\n",
+    )
+    .unwrap_err();
+    assert_eq!(e.line, Some(1), "{e}");
+    assert!(e.message.contains("unknown key `bogus_key`"), "{e}");
+    assert!(e.message.contains("proxy_protocol"), "{e}");
+    // Still accepted: a plain address and a table of known keys.
+    load("listen = [\"127.0.0.1:0\", { address = \"127.0.0.1:0\", proxy_protocol = true }]\n[[location]]\nroot = \"www\"\n").unwrap();
 }

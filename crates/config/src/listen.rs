@@ -1,0 +1,111 @@
+//! `listen`: the addresses to accept on, each an address or a table with options.
+
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::resolve::Resolver;
+
+/// Default listen port when no address is configured.
+pub const DEFAULT_PORT: u16 = 8080;
+
+/// A `listen` entry: an address, or a table with options. Written by hand rather than as
+/// an untagged enum, so that a key the table does not know is refused by name (an untagged
+/// enum only says that nothing matched, and before, unknown keys were silently dropped:
+/// `tls = {...}` on a listener served cleartext).
+#[derive(Debug, Clone)]
+pub enum RawListen {
+    Address(String),
+    Table(ListenTable),
+}
+
+/// A `listen` entry written as a table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenTable {
+    pub address: String,
+    /// Connections start with a PROXY protocol header (v1 or v2) from a balancer;
+    /// without one they are closed.
+    #[serde(default)]
+    pub proxy_protocol: bool,
+}
+
+impl<'de> Deserialize<'de> for RawListen {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = RawListen;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an address (\"0.0.0.0:8080\") or a table { address = ..., ... }")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawListen, E> {
+                Ok(RawListen::Address(v.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<RawListen, A::Error> {
+                ListenTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(RawListen::Table)
+            }
+        }
+        d.deserialize_any(Visit)
+    }
+}
+
+impl RawListen {
+    pub fn address(&self) -> &str {
+        match self {
+            RawListen::Address(a) => a,
+            RawListen::Table(t) => &t.address,
+        }
+    }
+
+    pub fn proxy_protocol(&self) -> bool {
+        matches!(self, RawListen::Table(t) if t.proxy_protocol)
+    }
+}
+
+impl Resolver<'_> {
+    /// The addresses, and whether each expects a PROXY protocol header (bad entries are
+    /// noted and left out).
+    pub(crate) fn listen(
+        &self,
+        raw: Option<&[Spanned<RawListen>]>,
+    ) -> (Vec<SocketAddr>, Vec<bool>) {
+        let Some(list) = raw else {
+            let any = vec![
+                SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
+                SocketAddr::from(([0u16; 8], DEFAULT_PORT)),
+            ];
+            return (any, vec![false, false]);
+        };
+        let mut out = Vec::new();
+        let mut proxy_protocol = Vec::new();
+        for (i, a) in list.iter().enumerate() {
+            let text = a.get_ref().address();
+            let Some(addr) = self.keep(text.parse::<SocketAddr>().map_err(|_| {
+                self.err(
+                    Some(a.span()),
+                    &format!("listen[{i}]"),
+                    format!(
+                        "`{text}` is not an address:port (e.g. \"0.0.0.0:8080\" or \"[::]:8080\")"
+                    ),
+                )
+            })) else {
+                continue;
+            };
+            out.push(addr);
+            proxy_protocol.push(a.get_ref().proxy_protocol());
+        }
+        if list.is_empty() {
+            self.keep::<()>(Err(self.err(
+                None,
+                "listen",
+                "needs at least one address".into(),
+            )));
+        }
+        (out, proxy_protocol)
+    }
+}
