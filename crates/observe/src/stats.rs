@@ -91,6 +91,32 @@ pub struct Download {
     pub started: Instant,
     pub total: u64,
     pub sent: Arc<AtomicU64>,
+    /// The connection's socket, read only by its own worker's tick (on the thread that
+    /// owns the connection: while the download is listed, the socket is open).
+    pub socket: std::os::fd::RawFd,
+    /// (when, bytes the client has taken) at the last ticks (one a second, the last
+    /// `RATE_WINDOW`), for a rate over the last seconds. `sent` counts bytes handed to the
+    /// kernel: megabytes of socket buffers fill in the first moments of a slow download
+    /// and drain in bursts, so neither `sent` over the whole time nor over a window says
+    /// how fast the client reads; sent less what is still queued in the socket does.
+    pub marks: std::collections::VecDeque<(Instant, u64)>,
+}
+
+/// Samples a download's recent rate is taken over (5 s at one a second).
+const RATE_WINDOW: usize = 6;
+
+impl Download {
+    /// Bytes per second the client took over the last ticks, or sent since the start
+    /// while there are too few.
+    pub fn rate(&self) -> f64 {
+        match (self.marks.front(), self.marks.back()) {
+            (Some(&(t0, a)), Some(&(t1, b))) if self.marks.len() >= 3 => {
+                let secs = t1.duration_since(t0).as_secs_f64();
+                b.saturating_sub(a) as f64 / secs.max(1e-3)
+            }
+            _ => self.sent.load(Relaxed) as f64 / self.started.elapsed().as_secs_f64().max(1e-3),
+        }
+    }
 }
 
 /// One worker's counters.
@@ -181,6 +207,30 @@ impl WorkerStats {
     pub fn downloads<R>(&self, f: impl FnOnce(&[(u64, Download)]) -> R) -> R {
         f(&lock(&self.downloads))
     }
+
+    /// Mark how far each of this worker's downloads has got, for its recent rate: called
+    /// by the worker itself once a second, with `unsent` telling the bytes still queued in
+    /// a socket (the socket is open: its download is listed, and the connection that would
+    /// close it runs on this same thread, not now).
+    pub fn mark_downloads(&self, unsent: impl Fn(std::os::fd::RawFd) -> u64) {
+        let now = Instant::now();
+        for (_, d) in lock(&self.downloads).iter_mut() {
+            if d.marks.len() == RATE_WINDOW {
+                d.marks.pop_front();
+            }
+            let taken = d.sent.load(Relaxed).saturating_sub(unsent(d.socket));
+            d.marks.push_back((now, taken));
+        }
+    }
+
+    /// Body bytes the downloads in progress have sent so far (counted in `body_bytes`
+    /// only when each ends).
+    pub fn bytes_in_progress(&self) -> u64 {
+        lock(&self.downloads)
+            .iter()
+            .map(|(_, d)| d.sent.load(Relaxed))
+            .sum()
+    }
 }
 
 /// Removes a download from the list when dropped (however its response ends).
@@ -208,12 +258,24 @@ pub struct Registry {
     locations: Mutex<Vec<(String, String)>>,
     /// (upstream, server) by slot.
     upstreams: Mutex<Vec<(String, String)>>,
-    /// (when, requests, body bytes), once a second, the last `SAMPLES`: recent rates.
-    samples: Mutex<std::collections::VecDeque<(Instant, u64, u64)>>,
+    /// One a second, the last `HISTORY`: recent rates and the status page's plot.
+    samples: Mutex<std::collections::VecDeque<Sample>>,
 }
 
-/// Samples kept for recent rates (10 s at one a second).
-const SAMPLES: usize = 11;
+/// The totals at one moment (`Registry::sample`).
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    pub at: Instant,
+    pub requests: u64,
+    /// Body bytes of finished responses and of the downloads in progress so far.
+    pub bytes: u64,
+    pub connections: u64,
+}
+
+/// Samples kept: ten minutes at one a second.
+pub const HISTORY: usize = 601;
+/// Samples the recent rates are taken over (10 s).
+const RECENT: usize = 11;
 
 /// The registry (created on first use).
 pub fn registry() -> &'static Registry {
@@ -243,30 +305,43 @@ impl Registry {
 
     /// Record the totals now (worker 0 does, once a second).
     pub fn sample(&self) {
-        let (mut requests, mut bytes) = (0, 0);
+        let now = Instant::now();
+        let (mut requests, mut bytes, mut connections) = (0, 0, 0);
         for w in self.workers() {
             requests += w.requests_total();
-            bytes += w.body_bytes.get();
+            bytes += w.body_bytes.get() + w.bytes_in_progress();
+            connections += w.open.get();
         }
         let mut s = lock(&self.samples);
-        if s.len() == SAMPLES {
+        if s.len() == HISTORY {
             s.pop_front();
         }
-        s.push_back((Instant::now(), requests, bytes));
+        s.push_back(Sample {
+            at: now,
+            requests,
+            bytes,
+            connections,
+        });
     }
 
     /// Requests and body bytes per second over the last samples (`None`: fewer than two).
     pub fn recent_rates(&self) -> Option<(f64, f64, f64)> {
         let s = lock(&self.samples);
-        let (first, last) = (s.front()?, s.back()?);
-        let secs = last.0.duration_since(first.0).as_secs_f64();
+        let last = s.back()?;
+        let first = s.get(s.len().saturating_sub(RECENT))?;
+        let secs = last.at.duration_since(first.at).as_secs_f64();
         (secs > 0.0).then(|| {
             (
-                (last.1 - first.1) as f64 / secs,
-                (last.2 - first.2) as f64 / secs,
+                last.requests.saturating_sub(first.requests) as f64 / secs,
+                last.bytes.saturating_sub(first.bytes) as f64 / secs,
                 secs,
             )
         })
+    }
+
+    /// The samples kept, oldest first.
+    pub fn history(&self) -> Vec<Sample> {
+        lock(&self.samples).iter().copied().collect()
     }
 
     /// (upstream, server) of each upstream slot.

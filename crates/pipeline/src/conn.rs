@@ -593,6 +593,8 @@ impl Conn {
                 started: Instant::now().into_std(),
                 total,
                 sent: sent.clone(),
+                socket: std::os::fd::AsRawFd::as_raw_fd(&self.stream),
+                marks: Default::default(),
             })
         });
         if listed.is_some() {

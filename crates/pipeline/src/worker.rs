@@ -384,6 +384,10 @@ impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
 
     fn tick(&self) {
         self.log.borrow_mut().flush();
+        self.stats.mark_downloads(|fd| {
+            // Listed means open (`mark_downloads`), and this runs on the connection's thread.
+            ramjet_runtime::sys::unsent_bytes(fd).unwrap_or(0)
+        });
         if self.stats.worker == 0 {
             ramjet_observe::stats::registry().sample();
         }

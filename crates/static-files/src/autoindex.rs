@@ -145,7 +145,7 @@ pub(crate) fn html(dir: &File, mut rows: Vec<Row>, sort: Sort, display_path: &[u
     let mut out = String::with_capacity(4096 + rows.len() * 200);
     let _ = write!(
         out,
-        "<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n<title>Index of {title}</title>\n<style>body{{font-family:sans-serif}}td,th{{padding:0 1em 0 0;text-align:left}}td.s{{text-align:right}}</style>\n</head>\n<body>\n"
+        "<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n<title>Index of {title}</title>\n<style>body{{font-family:sans-serif}}td,th{{padding:0 1em 0 0;text-align:left;white-space:nowrap}}td:first-child{{white-space:normal;overflow-wrap:anywhere}}td.s{{text-align:right}}</style>\n</head>\n<body>\n"
     );
     match include(dir, b"HEADER.html") {
         Some(h) => out.push_str(&h),

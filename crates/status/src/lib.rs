@@ -59,18 +59,37 @@ impl Content for Status {
         if let Some(refused) = readable(req) {
             return Ok(refused);
         }
-        let json = req
-            .query
-            .is_some_and(|q| q.split('&').any(|p| p == "json" || p == "format=json"))
+        let params = || req.query.into_iter().flat_map(|q| q.split(['&', ';']));
+        let json = params().any(|p| p == "json" || p == "format=json")
             || req
                 .head
                 .accept
                 .is_some_and(|a| a.trim_ascii_start().starts_with(b"application/json"));
+        // Apache mod_status: `?auto` is the machine-readable form, `?refresh=N` reloads
+        // the page every N seconds (1 to 3600).
+        let auto = params().any(|p| p == "auto");
+        let refresh = params()
+            .find_map(|p| p.strip_prefix("refresh="))
+            .and_then(|n| n.parse::<u32>().ok())
+            .map(|n| n.clamp(1, 3600));
         let snap = Snapshot::take();
-        Ok(if json {
+        Ok(if auto {
+            let host = req
+                .head
+                .host
+                .and_then(|h| std::str::from_utf8(ramjet_config::strip_port(h)).ok())
+                .unwrap_or("localhost");
+            answer(
+                "text/plain; charset=utf-8",
+                page::auto(&snap, host).into_bytes(),
+            )
+        } else if json {
             answer("application/json", page::json(&snap))
         } else {
-            answer("text/html; charset=utf-8", page::html(&snap).into_bytes())
+            answer(
+                "text/html; charset=utf-8",
+                page::html(&snap, refresh).into_bytes(),
+            )
         })
     }
 }

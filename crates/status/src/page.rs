@@ -4,6 +4,54 @@ use std::fmt::Write;
 
 use crate::snapshot::Snapshot;
 
+/// Apache mod_status's machine-readable form (`?auto`), which existing monitoring checks
+/// and exporters parse: `Key: value` lines. ramjet has no worker slots, so the "workers" and
+/// the scoreboard are its connections: `R` reading a head, `W` writing an answer or being
+/// answered, `K` idle between requests; `BusyWorkers` the first two, `IdleWorkers` the last.
+pub(crate) fn auto(s: &Snapshot, host: &str) -> String {
+    let c = &s.connections;
+    let up = s.uptime.max(1e-3);
+    let busy = c.reading + c.writing + c.working;
+    let mut o = String::with_capacity(1024);
+    let now = httpdate::fmt_http_date(std::time::SystemTime::now());
+    let started =
+        httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(s.started));
+    let _ = write!(
+        o,
+        "{host}\nServerVersion: ramjet/{}\nServerMPM: ramjet\nCurrentTime: {now}\nRestartTime: {started}\n\
+         ServerUptimeSeconds: {up_s}\nServerUptime: {}\nTotal Accesses: {}\nTotal kBytes: {}\n\
+         Uptime: {up_s}\nReqPerSec: {:.6}\nBytesPerSec: {:.6}\nBytesPerReq: {:.6}\n\
+         BusyWorkers: {busy}\nIdleWorkers: {}\nConnsTotal: {}\nConnsAsyncWriting: {}\n\
+         ConnsAsyncKeepAlive: {}\nConnsAsyncClosing: 0\n",
+        s.version,
+        uptime(s.uptime),
+        s.requests,
+        s.body_bytes / 1024,
+        s.requests as f64 / up,
+        s.body_bytes as f64 / up,
+        if s.requests > 0 {
+            s.body_bytes as f64 / s.requests as f64
+        } else {
+            0.0
+        },
+        c.idle,
+        c.open,
+        c.writing,
+        c.idle,
+        up_s = s.uptime as u64,
+    );
+    o.push_str("Scoreboard: ");
+    for (ch, n) in [
+        ('R', c.reading),
+        ('W', c.writing + c.working),
+        ('K', c.idle),
+    ] {
+        o.extend(std::iter::repeat_n(ch, n as usize));
+    }
+    o.push('\n');
+    o
+}
+
 pub(crate) fn json(s: &Snapshot) -> Vec<u8> {
     let mut v = serde_json::to_vec_pretty(s).unwrap_or_default();
     v.push(b'\n');
@@ -52,20 +100,67 @@ fn uptime(secs: f64) -> String {
     }
 }
 
-pub(crate) fn html(s: &Snapshot) -> String {
+/// One line chart of `values` (oldest first) as inline SVG: drawn here, nothing fetched.
+fn chart(title: &str, values: &[f64], show: impl Fn(f64) -> String) -> String {
+    const W: f64 = 600.0;
+    const H: f64 = 80.0;
+    let max = values.iter().copied().fold(0.0, f64::max);
+    let top = if max > 0.0 { max * 1.1 } else { 1.0 };
+    let n = values.len().max(2) as f64 - 1.0;
+    let mut line = String::new();
+    for (i, v) in values.iter().enumerate() {
+        let x = W * i as f64 / n;
+        let y = H - H * v / top;
+        let _ = write!(line, "{}{x:.1},{y:.1}", if i == 0 { "" } else { " " });
+    }
+    let last = values.last().copied().unwrap_or(0.0);
+    format!(
+        "<figure class=\"chart\"><figcaption>{title}: now {}, peak {}</figcaption>\
+         <svg xmlns=\"http://www.w3.org/2000/svg\" viewBox=\"0 0 {W} {H}\" width=\"{W}\" height=\"{H}\" role=\"img\">\
+         <title>{title}</title><rect width=\"{W}\" height=\"{H}\" fill=\"#f6f6f6\"/>\
+         <polyline fill=\"none\" stroke=\"#2060b0\" stroke-width=\"1.5\" points=\"{line}\"/></svg></figure>\n",
+        show(last),
+        show(max)
+    )
+}
+
+/// The last minutes as three charts: requests/s, bytes/s and open connections.
+fn charts(s: &Snapshot) -> String {
+    if s.history.len() < 2 {
+        return "<p>The charts start after the first seconds.</p>\n".into();
+    }
+    let minutes = (s.history.first().map_or(0.0, |p| p.ago) / 60.0).ceil();
+    let req: Vec<f64> = s.history.iter().map(|p| p.requests_per_second).collect();
+    let bps: Vec<f64> = s.history.iter().map(|p| p.bytes_per_second).collect();
+    let conns: Vec<f64> = s.history.iter().map(|p| p.connections as f64).collect();
+    format!(
+        "<h2>The last {minutes:.0} min</h2>\n{}{}{}",
+        chart("requests/s", &req, |v| format!("{v:.0}")),
+        chart("bytes/s", &bps, |v| format!("{}/s", bytes(v))),
+        chart("connections", &conns, |v| format!("{v:.0}"))
+    )
+}
+
+pub(crate) fn html(s: &Snapshot, refresh: Option<u32>) -> String {
     let mut o = String::with_capacity(8192);
     let up = s.uptime.max(1e-3);
     let started =
         httpdate::fmt_http_date(std::time::UNIX_EPOCH + std::time::Duration::from_secs(s.started));
     let _ = write!(
         o,
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>ramjet status</title>\
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>ramjet status</title>{}\
          <style>body{{font-family:sans-serif}}td,th{{padding:2px 10px;text-align:right}}\
-         td:first-child,th:first-child{{text-align:left}}</style></head><body>\n\
-         <h1>ramjet {} status</h1>\n<p>Started {started}; up {}.</p>\n",
+         td:first-child,th:first-child{{text-align:left}}\
+         figure.chart{{display:inline-block;margin:0 16px 8px 0}}figcaption{{font-size:90%}}</style></head><body>\n\
+         <h1>ramjet {} status</h1>\n<p>Started {started}; up {}.{}</p>\n",
+        refresh.map_or(String::new(), |n| format!(
+            "<meta http-equiv=\"refresh\" content=\"{n}\">"
+        )),
         s.version,
-        uptime(s.uptime)
+        uptime(s.uptime),
+        refresh.map_or(String::new(), |n| format!(" Refreshed every {n} s."))
     );
+    o.push_str(&charts(s));
     let _ = write!(
         o,
         "<table>\n<tr><th>requests</th><td>{}</td><td>{:.1}/s</td></tr>\n\

@@ -50,7 +50,7 @@ pub struct DownloadNow {
     pub sent: u64,
     pub total: u64,
     pub seconds: f64,
-    /// Bytes per second since it started.
+    /// Bytes per second over the last five seconds (since it started, when younger).
     pub rate: f64,
 }
 
@@ -101,6 +101,35 @@ pub struct Snapshot {
     /// The slowest downloads in progress (by rate), at most `DOWNLOADS_LISTED`.
     pub downloads: Vec<DownloadNow>,
     pub downloads_in_progress: usize,
+    /// The last minutes, one point a second (at most ten minutes), oldest first.
+    pub history: Vec<Point>,
+}
+
+/// One second of the recent past: its rates and the connections open at its end.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct Point {
+    /// Seconds before the snapshot.
+    pub ago: f64,
+    pub requests_per_second: f64,
+    pub bytes_per_second: f64,
+    pub connections: u64,
+}
+
+/// Per-second rates between consecutive samples.
+fn points(samples: &[stats::Sample]) -> Vec<Point> {
+    let now = std::time::Instant::now();
+    samples
+        .windows(2)
+        .map(|w| {
+            let secs = w[1].at.duration_since(w[0].at).as_secs_f64().max(1e-3);
+            Point {
+                ago: now.duration_since(w[1].at).as_secs_f64(),
+                requests_per_second: w[1].requests.saturating_sub(w[0].requests) as f64 / secs,
+                bytes_per_second: w[1].bytes.saturating_sub(w[0].bytes) as f64 / secs,
+                connections: w[1].connections,
+            }
+        })
+        .collect()
 }
 
 impl Snapshot {
@@ -158,7 +187,8 @@ impl Snapshot {
             cache_misses += w.cache_misses.get();
             blocking_now += w.blocking_now.get();
             blocking_total += w.blocking_total.get();
-            body_bytes += w.body_bytes.get();
+            // Downloads in progress count as they go, not only when they end.
+            body_bytes += w.body_bytes.get() + w.bytes_in_progress();
             handoff.connections += w.handoff_connections.get();
             handoff.messages += w.handoff_messages.get();
             handoff.refused += w.handoff_refused.get();
@@ -177,7 +207,7 @@ impl Snapshot {
                         sent,
                         total: d.total,
                         seconds,
-                        rate: sent as f64 / seconds.max(1e-3),
+                        rate: d.rate(),
                     });
                 }
             });
@@ -217,6 +247,7 @@ impl Snapshot {
             upstreams,
             downloads,
             downloads_in_progress,
+            history: points(&reg.history()),
         }
     }
 }

@@ -168,7 +168,9 @@ fn architecture_names_only_what_exists() {
                 || root.join("crates").join(p).exists()
                 || crates.iter().any(|c| {
                     let c = root.join("crates").join(c);
-                    ["", "src", "tests"].iter().any(|d| c.join(d).join(p).exists())
+                    ["", "src", "tests"]
+                        .iter()
+                        .any(|d| c.join(d).join(p).exists())
                 });
             if !found {
                 missing.push(format!("path {piece}"));

@@ -355,3 +355,195 @@ fn the_status_page_renders_in_chromium_and_matches_the_json() {
     drop(slow);
     s.assert_clean_log(&[]);
 }
+
+/// A download in progress counts in the totals as it goes (it used to count only when it
+/// ended: 14 KiB shown while 3 MB/s flowed), and its rate is taken over the last seconds,
+/// from what the client has taken (sent less what is still queued in the socket), so a
+/// client that reads at 200 KiB/s is shown near that, not at the rate the socket buffers
+/// were filled at first. (A client whose own receive buffer grows to megabytes is shown
+/// at the rate its host takes bytes until that buffer is full: the server sees no more.)
+#[test]
+fn running_downloads_count_as_they_go_at_their_recent_rate() {
+    let dir = Server::dir();
+    std::fs::write(dir.path().join("root/big.bin"), crate::bytes(24 << 20, 9)).unwrap();
+    let s = Server::start(
+        crate::BIN,
+        dir,
+        "[[location]]\nroot = \"root\"\n[[location]]\npath = \"/server-status\"\nhandlers = [\"status\"]\n",
+    );
+    let url = s.url("/big.bin");
+    // A client reading at 200 KiB/s (1600 kbit/s) with a small receive buffer, as
+    // `ramjet bench --slow` holds mirror downloads: the 24 MiB would take two minutes; it is
+    // ended below.
+    let mut curl = Command::new(crate::BIN)
+        .args([
+            "bench",
+            "--slow",
+            "-c",
+            "1",
+            "--throttle",
+            "1600kbit",
+            "-d",
+            "60s",
+            &url,
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("ramjet bench");
+    let status = |s: &Server| {
+        let (_, body) = crate::curl(&[&s.url("/server-status?json")]);
+        serde_json::from_slice::<Value>(&body).ok()
+    };
+    // The bytes already sent show in the totals while the download runs.
+    let v = crate::poll_until(|| {
+        status(&s)
+            .filter(|v| v["downloads_in_progress"] == 1 && v["body_bytes"].as_u64() > Some(1 << 20))
+    });
+    assert!(v["downloads"][0]["sent"].as_u64() <= v["body_bytes"].as_u64());
+    // After a few seconds the rate is the client's: within 200 KiB/s +- 50% (the
+    // average since the start still counts the socket buffer filled at first).
+    let (rate, average) = crate::poll_until(|| {
+        let v = status(&s)?;
+        let d = &v["downloads"][0];
+        let (seconds, sent, rate) = (
+            d["seconds"].as_f64()?,
+            d["sent"].as_f64()?,
+            d["rate"].as_f64()?,
+        );
+        (seconds >= 7.0).then_some((rate, sent / seconds))
+    });
+    let _ = curl.kill();
+    let _ = curl.wait();
+    let target = 200.0 * 1024.0;
+    assert!(
+        rate > target * 0.5 && rate < target * 1.5,
+        "shown {rate:.0} B/s for a client reading {target} B/s (average since start {average:.0})"
+    );
+}
+
+/// `?auto`, Apache mod_status's machine-readable form, read by the Prometheus exporter
+/// monitoring setups use for Apache (Debian's `prometheus-apache-exporter`): every value
+/// parses and says what the server did.
+#[test]
+fn the_auto_form_is_read_by_the_apache_exporter() {
+    let s = crate::server_with(
+        &[("a.txt", b"hello")],
+        "[[location]]\nroot = \"root\"\n[[location]]\npath = \"/server-status\"\nhandlers = [\"status\"]\n",
+    );
+    for _ in 0..5 {
+        s.get("/a.txt");
+    }
+    let mut idle = s.client();
+    idle.send(b"GET /a.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    idle.response(false);
+    let (ok, auto) = crate::curl(&[&s.url("/server-status?auto")]);
+    let auto = String::from_utf8(auto).unwrap();
+    assert!(ok && auto.contains("\nTotal Accesses: "), "{auto}");
+    assert!(auto.contains("\nScoreboard: "), "{auto}");
+    let port = crate::proxy_real::free_port();
+    let mut exporter = Command::new("prometheus-apache-exporter")
+        .arg(format!("--scrape_uri={}", s.url("/server-status?auto")))
+        .arg(format!("--telemetry.address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("prometheus-apache-exporter (Debian; .ci/deps installs it)");
+    let metrics = crate::poll_until(|| {
+        let (ok, body) = crate::curl(&[&format!("http://127.0.0.1:{port}/metrics")]);
+        let text = String::from_utf8_lossy(&body).into_owned();
+        (ok && text.contains("apache_up")).then_some(text)
+    });
+    let _ = exporter.kill();
+    let _ = exporter.wait();
+    let sample = |name: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{metrics}"))
+    };
+    assert_eq!(sample("apache_up "), 1.0);
+    assert!(sample("apache_accesses_total ") >= 6.0, "{metrics}");
+    assert!(sample("apache_uptime_seconds_total ") >= 0.0);
+    assert!(
+        sample("apache_scoreboard{state=\"keepalive\"}") >= 1.0,
+        "{metrics}"
+    );
+    assert!(
+        sample("apache_connections{state=\"total\"}") >= 1.0,
+        "{metrics}"
+    );
+    assert!(metrics.contains("apache_info{mpm=\"ramjet\""), "{metrics}");
+    assert!(
+        !metrics.contains("apache_exporter_scrape_failures_total 1"),
+        "{metrics}"
+    );
+}
+
+/// `?refresh=N` reloads the page (Apache's parameter), and the page draws the last
+/// minutes itself as inline SVG: requests/s, bytes/s, connections.
+#[test]
+fn the_status_page_refreshes_and_draws_the_last_minutes() {
+    let s = crate::server_with(
+        &[("a.txt", b"hello")],
+        "[[location]]\nroot = \"root\"\n[[location]]\npath = \"/server-status\"\nhandlers = [\"status\"]\n",
+    );
+    let html = crate::poll_until(|| {
+        s.get("/a.txt");
+        let (_, body) = crate::curl(&[&s.url("/server-status?refresh=5")]);
+        let html = String::from_utf8(body).ok()?;
+        html.contains("<svg").then_some(html)
+    });
+    assert!(
+        html.contains("<meta http-equiv=\"refresh\" content=\"5\">"),
+        "{html}"
+    );
+    assert_eq!(html.matches("<svg").count(), 3, "{html}");
+    for title in ["requests/s", "bytes/s", "connections"] {
+        assert!(html.contains(&format!("<title>{title}</title>")), "{html}");
+    }
+    assert!(!html.contains("http-equiv=\"refresh\" content=\"0"));
+    // Out of range is clamped; nothing is fetched from elsewhere.
+    let (_, body) = crate::curl(&[&s.url("/server-status?refresh=0")]);
+    assert!(String::from_utf8_lossy(&body).contains("content=\"1\""));
+    assert!(!html.contains("src=\"http"), "{html}");
+    let json: Value = serde_json::from_slice(&s.get("/server-status?json").body).unwrap();
+    assert!(!json["history"].as_array().unwrap().is_empty(), "{json}");
+}
+
+/// A listing with a 210-character file name fits a 1280-px window: the name wraps in its
+/// column instead of pushing the others off the screen. Measured in headless Chromium
+/// through a page of the same origin that frames the listing and writes down its width.
+#[test]
+fn a_listing_with_a_long_name_fits_the_window() {
+    // No hyphen or space: nothing a browser would break the name at.
+    let long = format!("{}.iso", "release_2026_11_amd64_netinst_".repeat(7));
+    assert!(long.len() >= 200);
+    let probe = "<!DOCTYPE html><html><body><iframe id=\"f\" src=\"/pub/\" style=\"width:1280px;height:600px;border:0\"></iframe><script>document.getElementById('f').onload=function(){var d=this.contentDocument.documentElement;document.body.setAttribute('data-width',String(d.scrollWidth));};</script></body></html>";
+    let s = crate::server_with(
+        &[
+            (&format!("pub/{long}"), b"x"),
+            ("pub/short.txt", b"y"),
+            ("probe.html", probe.as_bytes()),
+        ],
+        "[[location]]\nroot = \"root\"\nautoindex = true\n",
+    );
+    let work = tempfile::tempdir().unwrap();
+    let dom = chromium(
+        work.path(),
+        &[
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            &s.url("/probe.html"),
+        ],
+    );
+    let width: u32 = dom
+        .split("data-width=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no width in {dom}"));
+    assert!(width <= 1280, "the listing is {width} px wide");
+}

@@ -58,3 +58,18 @@ pub fn set_cork(socket: BorrowedFd<'_>, on: bool) -> io::Result<()> {
 pub fn duplicate(socket: BorrowedFd<'_>) -> io::Result<std::os::fd::OwnedFd> {
     Ok(rustix::io::fcntl_dupfd_cloexec(socket, 0)?)
 }
+
+/// Bytes queued in a TCP socket's send buffer, not yet acknowledged by the peer
+/// (`SIOCOUTQ`). `fd` must be an open socket: the status page's per-download rate asks it
+/// from the thread that owns the connection, while the connection is listed.
+pub fn unsent_bytes(fd: std::os::fd::RawFd) -> io::Result<u64> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: the caller passes an open descriptor (a closed one is EBADF, not undefined
+    // behaviour); `n` is a c_int the ioctl writes, as SIOCOUTQ (TIOCOUTQ) is specified.
+    let rc = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n as *mut libc::c_int) };
+    if rc == 0 {
+        Ok(n.max(0) as u64)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
