@@ -1,7 +1,7 @@
 #!/usr/bin/perl
 # SPECweb99's whole dynamic share as one CGI/1.1 program (specweb99.md §3): the standard
 # dynamic GET, the GET with custom ad rotation (CAD), the POST with its post log, and the
-# manager's command/Reset and command/Fetch. It gives the same replies, byte for byte, as
+# manager's command/Reset, command/Fetch and command/Finish. It gives the same replies, byte for byte, as
 # ramjet's in-process `specweb99` module, so one client checks both.
 #
 # This is what a server without a module API runs for the benchmark: Apache's side of
@@ -223,6 +223,9 @@ if ($method eq 'POST') {
     my $bytes = <$log> // '';
     my $count = length($bytes) >= HEADER ? int((length($bytes) - HEADER) / RECORD) : 0;
     framed(sprintf("%10d\n", $count) . substr($bytes, HEADER, $count * RECORD));
+} elsif ($query =~ m{^command/Finish(?:&.*)?$}) {
+    # The kit's manager sends Finish after each point and needs a 2xx.
+    framed('');
 } elsif ($query =~ m{^command/}) {
     fail(400, "unknown command\n");
 }

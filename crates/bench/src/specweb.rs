@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ramjet_specweb::deck::CLASS_SHARES;
-use ramjet_specweb::fileset::dirs_for_connections;
+use ramjet_specweb::fileset::{dirs_for_connections, file_name};
 use ramjet_specweb::postlog;
 use ramjet_specweb::tables::{ADS, SEARCH_INTERVAL};
 use ramjet_specweb::Zipf;
@@ -47,7 +47,8 @@ pub struct SpecwebSpec {
     /// Simultaneous connections (load generators).
     pub connections: usize,
     /// The load the file set was made for (its directory count); at least `connections`.
-    pub fileset_connections: u64,
+    /// The load the file set was made for, when not the connections run (`--fileset-connections`).
+    pub fileset_connections: Option<u64>,
     pub warmup: Duration,
     pub run: Duration,
     pub rampdown: Duration,
@@ -103,13 +104,22 @@ pub struct Iteration {
 
 /// One GET to the module (Reset, Fetch), its body.
 async fn command(spec: &SpecwebSpec, query: &str) -> Result<Vec<u8>, String> {
+    let (status, body) = get(spec, &format!("{}?{query}", spec.dynamic)).await?;
+    if status != 200 {
+        return Err(format!("status {status}"));
+    }
+    Ok(body)
+}
+
+/// One GET of `target` on a connection of its own: the status and the body.
+async fn get(spec: &SpecwebSpec, target: &str) -> Result<(u16, Vec<u8>), String> {
     let mut s = tokio::time::timeout(spec.timeout, TcpStream::connect(spec.addr))
         .await
         .map_err(|_| "connect: timeout".to_string())?
         .map_err(|e| format!("connect: {e}"))?;
     let req = format!(
-        "GET {}?{query} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-        spec.dynamic, spec.host
+        "GET {target} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        spec.host
     );
     let mut buf = Vec::new();
     let got = tokio::time::timeout(
@@ -118,15 +128,75 @@ async fn command(spec: &SpecwebSpec, query: &str) -> Result<Vec<u8>, String> {
     )
     .await
     .map_err(|_| "timeout".to_string())??;
-    if got.status != 200 {
-        return Err(format!("status {}", got.status));
+    Ok((got.status, buf[got.head_len..got.total].to_vec()))
+}
+
+/// The directories the load draws from: those of the file set made for
+/// `fileset_connections` (by default the connections run).
+pub fn dirs_needed(spec: &SpecwebSpec) -> u64 {
+    dirs_for_connections(spec.fileset_connections.unwrap_or(spec.connections as u64))
+}
+
+/// The most connections a file set of `dirs` directories was made for.
+pub fn connections_for_dirs(dirs: u64) -> u64 {
+    // dirs_for_connections is monotonic: the largest c with 25 + 40c/61 <= dirs.
+    let mut c = dirs.saturating_sub(25) * 61 / 40;
+    while dirs_for_connections(c + 1) <= dirs {
+        c += 1;
     }
-    Ok(buf[got.head_len..got.total].to_vec())
+    while c > 0 && dirs_for_connections(c) > dirs {
+        c -= 1;
+    }
+    c
+}
+
+/// Check that the server has the directories the load will ask for, before a run: a
+/// file set made for fewer connections answers 404 to part of the load, which would only
+/// show as an INVALID run. `Err` names the mismatch and what to do.
+pub fn check_file_set(spec: &SpecwebSpec) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let needed = dirs_needed(spec);
+    let has = |d: u64| -> Result<bool, String> {
+        let path = format!("{}/{}", spec.url_root, file_name(d, 0, 0));
+        let (status, _) = rt.block_on(get(spec, &path))?;
+        Ok(status == 200)
+    };
+    if has(needed - 1)? {
+        return Ok(());
+    }
+    // How many there are: bisect for the first missing directory.
+    let (mut lo, mut hi) = (0u64, needed - 1);
+    if !has(0)? {
+        return Err(format!(
+            "no file set at {}/file_set/ (GET {}/{} is not 200): make one with `ramjet specweb fileset --connections {} DIR` under the server's root, or give --url-root",
+            spec.url_root,
+            spec.url_root,
+            file_name(0, 0, 0),
+            spec.connections
+        ));
+    }
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if has(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let dirs = lo + 1;
+    let made_for = connections_for_dirs(dirs);
+    Err(format!(
+        "the file set has {dirs} directories, made for at most {made_for} connections; a load of {} connections draws from {needed}: make it again with `ramjet specweb fileset --connections {} DIR`, or pass --fileset-connections {made_for} to draw from the directories there are (not a comparable result)",
+        spec.connections, spec.connections
+    ))
 }
 
 /// The records of a Fetch reply: the count line and the records between `<pre>` and
 /// `</pre>`, checked as the manager checks them.
-fn post_log_check(body: &[u8], posts_sent: u64, posts_ok: u64) -> (u64, Vec<String>) {
+fn post_log_check(body: &[u8], sent: [u64; 4], ok: [u64; 4]) -> (u64, Vec<String>) {
     let text = String::from_utf8_lossy(body);
     let mut reasons = Vec::new();
     let Some(pre) = text
@@ -142,6 +212,7 @@ fn post_log_check(body: &[u8], posts_sent: u64, posts_ok: u64) -> (u64, Vec<Stri
         .and_then(|l| l.trim().parse().ok())
         .unwrap_or(u64::MAX);
     let mut records = 0u64;
+    let mut by_class = [0u64; 4];
     let mut last = 0u64;
     for line in lines.filter(|l| !l.trim().is_empty()) {
         match postlog::parse_record(line.as_bytes()) {
@@ -152,6 +223,12 @@ fn post_log_check(body: &[u8], posts_sent: u64, posts_ok: u64) -> (u64, Vec<Stri
                 }
                 last = p.recno;
                 records += 1;
+                if let Some(n) = by_class.get_mut(p.class as usize) {
+                    *n += 1;
+                } else {
+                    reasons.push(format!("post log: record {} of class {}", p.recno, p.class));
+                    break;
+                }
             }
             Err(e) => {
                 reasons.push(format!("post log: {e}"));
@@ -164,15 +241,20 @@ fn post_log_check(body: &[u8], posts_sent: u64, posts_ok: u64) -> (u64, Vec<Stri
             "post log: header says {count} records, it holds {records}"
         ));
     }
-    if records > posts_sent {
-        reasons.push(format!(
-            "post log: {records} records for {posts_sent} POSTs sent"
-        ));
-    }
-    if (records as f64) < posts_ok as f64 * 0.99 {
-        reasons.push(format!(
-            "post log: {records} records for {posts_ok} POSTs answered"
-        ));
+    // As the manager compares them: per class of the posted file.
+    for c in 0..4 {
+        if by_class[c] > sent[c] {
+            reasons.push(format!(
+                "post log: {} class {c} records for {} class {c} POSTs sent",
+                by_class[c], sent[c]
+            ));
+        }
+        if (by_class[c] as f64) < ok[c] as f64 * 0.99 {
+            reasons.push(format!(
+                "post log: {} class {c} records for {} class {c} POSTs answered",
+                by_class[c], ok[c]
+            ));
+        }
     }
     (records, reasons)
 }
@@ -265,7 +347,7 @@ pub fn run_part(spec: &SpecwebSpec, part: usize, parts: usize, plan: &Plan) -> V
         }
     }
     let n = spec.connections;
-    let dirs = dirs_for_connections(spec.fileset_connections.max(n as u64));
+    let dirs = dirs_needed(spec);
     std::thread::sleep(Duration::from_millis(
         plan.start_unix_ms.saturating_sub(unix_ms()),
     ));
@@ -413,11 +495,22 @@ fn evaluate(spec: &SpecwebSpec, lgs: &[LgStats], fetched: Result<Vec<u8>, String
             ));
         }
     }
-    let posts_sent: u64 = lgs.iter().map(|l| l.posts_sent).sum();
-    let posts_ok: u64 = lgs.iter().map(|l| l.posts_ok).sum();
+    let posts_sent: u64 = lgs.iter().flat_map(|l| l.posts_sent).sum();
+    let per_class = |f: fn(&LgStats) -> [u64; 4]| {
+        lgs.iter().fold([0u64; 4], |mut acc, l| {
+            for (a, n) in acc.iter_mut().zip(f(l)) {
+                *a += n;
+            }
+            acc
+        })
+    };
     let post_log_records = match fetched {
         Ok(body) => {
-            let (records, why) = post_log_check(&body, posts_sent, posts_ok);
+            let (records, why) = post_log_check(
+                &body,
+                per_class(|l| l.posts_sent),
+                per_class(|l| l.posts_ok),
+            );
             reasons.extend(why);
             records
         }
@@ -581,13 +674,46 @@ mod tests {
             s.push_str("\n</pre>\n</body></html>\n");
             s.into_bytes()
         };
+        // The records are of class 1.
+        let c1 = |n| [0, n, 0, 0];
         assert_eq!(
-            post_log_check(&body("         2", &[1, 2]), 2, 2),
+            post_log_check(&body("         2", &[1, 2]), c1(2), c1(2)),
             (2, vec![])
         );
-        assert!(post_log_check(&body("         3", &[1, 2]), 2, 2).1[0].contains("header says 3"));
-        assert!(post_log_check(&body("         2", &[2, 1]), 2, 2).1[0].contains("after"));
-        assert!(post_log_check(&body("         2", &[1, 2]), 1, 1).1[0].contains("POSTs sent"));
-        assert!(post_log_check(&body("         1", &[1]), 5, 5).1[0].contains("answered"));
+        assert!(
+            post_log_check(&body("         3", &[1, 2]), c1(2), c1(2)).1[0]
+                .contains("header says 3")
+        );
+        assert!(post_log_check(&body("         2", &[2, 1]), c1(2), c1(2)).1[0].contains("after"));
+        assert!(
+            post_log_check(&body("         2", &[1, 2]), c1(1), c1(1)).1[0]
+                .contains("class 1 POSTs sent")
+        );
+        assert!(post_log_check(&body("         1", &[1]), c1(5), c1(5)).1[0].contains("answered"));
+        // Totals that match but classes that do not: the manager's check fails it.
+        let why = post_log_check(&body("         2", &[1, 2]), [2, 0, 0, 0], [2, 0, 0, 0]).1;
+        assert!(
+            why.iter()
+                .any(|w| w.contains("2 class 1 records for 0 class 1 POSTs sent")),
+            "{why:?}"
+        );
+        assert!(
+            why.iter()
+                .any(|w| w.contains("0 class 0 records for 2 class 0 POSTs answered")),
+            "{why:?}"
+        );
+    }
+
+    #[test]
+    fn file_set_sizes_and_loads() {
+        for c in [1u64, 5, 10, 61, 100, 1000, 3000] {
+            let d = dirs_for_connections(c);
+            let back = connections_for_dirs(d);
+            assert_eq!(dirs_for_connections(back), d, "{c}");
+            assert!(
+                back >= c && dirs_for_connections(back + 1) > d,
+                "{c} -> {back}"
+            );
+        }
     }
 }

@@ -12,7 +12,8 @@
 //!
 //! What a request is follows from the request, as in TUX's module:
 //! - `POST`: a dynamic POST (the record goes to the post log, on disk before the reply);
-//! - `GET ...?command/Reset&...` and `?command/Fetch`: the manager's housekeeping;
+//! - `GET ...?command/Reset&...`, `?command/Fetch` and `?command/Finish`: the manager's
+//!   housekeeping (Finish, sent after each point, is acknowledged);
 //! - `GET ...?/file_set/...` with a `my_cookie` cookie: custom ad rotation (CAD);
 //! - any other `GET ...?/file_set/...`: the standard dynamic GET.
 //!
@@ -402,6 +403,9 @@ impl Worker {
                     reply.push_file(file, ramjet_specweb::postlog::HEADER as u64, len);
                 })
             }
+            // The kit's manager sends Finish after each point and requires a 2xx; nothing
+            // is kept between points here that would need closing.
+            "Finish" => self.frame(req, |_| {}),
             _ => Reply::text(400, format!("unknown command `{name}`\n")),
         }
     }

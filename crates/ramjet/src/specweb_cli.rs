@@ -60,7 +60,9 @@ struct RunArgs {
     /// URL path above file_set/ (URL_ROOT).
     #[arg(long, default_value = "")]
     url_root: String,
-    /// The load the file set was generated for (default: --connections).
+    /// The load the file set was made for, when smaller than --connections: the load then
+    /// draws only from the directories that set has (a test run, not a comparable result).
+    /// By default the set must be the one for --connections (checked before the run).
     #[arg(long)]
     fileset_connections: Option<u64>,
     /// Warm-up before each measurement (not counted).
@@ -143,7 +145,6 @@ fn find_max(a: &RunArgs, spec: &SpecwebSpec, range: &str) -> anyhow::Result<usiz
     let probe = |n: usize| -> anyhow::Result<bool> {
         let mut s = spec.clone();
         s.connections = n;
-        s.fileset_connections = s.fileset_connections.max(n as u64);
         let it = iteration(a, &s).map_err(|e| anyhow::anyhow!("{n} connections: {e}"))?;
         // On stderr, so --json output stays one document.
         eprintln!(
@@ -190,7 +191,7 @@ fn run_cmd(a: &RunArgs) -> anyhow::Result<()> {
         dynamic: a.dynamic.clone(),
         cgi: a.cgi.clone(),
         connections: a.connections,
-        fileset_connections: a.fileset_connections.unwrap_or(a.connections as u64),
+        fileset_connections: a.fileset_connections,
         warmup: a.warmup,
         run: a.run_time,
         rampdown: a.rampdown,
@@ -207,9 +208,30 @@ fn run_cmd(a: &RunArgs) -> anyhow::Result<()> {
     if a.processes == 0 {
         bail!("--processes must be at least 1");
     }
+    // The file set must hold every directory the load will ask for (for --find-max, the
+    // load at the top of the range): a mismatch is named now, not found as 404s later.
+    let mut top = spec.clone();
+    if let Some(hi) = a
+        .find_max
+        .as_deref()
+        .and_then(|r| r.split(':').nth(1))
+        .and_then(|h| h.parse::<usize>().ok())
+    {
+        top.connections = hi;
+    }
+    specweb::check_file_set(&top).map_err(anyhow::Error::msg)?;
+    if spec
+        .fileset_connections
+        .is_some_and(|f| f < spec.connections as u64)
+    {
+        eprintln!(
+            "note: the load draws from the file set of {} connections, not {}: not a comparable SPECweb99 result",
+            spec.fileset_connections.unwrap_or(0),
+            spec.connections
+        );
+    }
     if let Some(range) = &a.find_max {
         spec.connections = find_max(a, &spec, range)?;
-        spec.fileset_connections = spec.fileset_connections.max(spec.connections as u64);
     }
     let iterations = if a.compliant { 3 } else { a.iterations };
     let mut results = Vec::new();
@@ -258,6 +280,16 @@ fn run_cmd(a: &RunArgs) -> anyhow::Result<()> {
             }
         );
     }
+    if !valid {
+        // A script (or CI) must not take an invalid run for a result.
+        let first = results
+            .iter()
+            .flat_map(|r| r.reasons.first())
+            .next()
+            .cloned()
+            .unwrap_or_default();
+        bail!("the run is INVALID: {first}");
+    }
     Ok(())
 }
 
@@ -274,10 +306,11 @@ fn iteration(a: &RunArgs, spec: &SpecwebSpec) -> Result<specweb::Iteration, Stri
                 let ms = |d: Duration| format!("{}ms", d.as_millis());
                 c.args(["specweb", "run", &a.url, "--dynamic", &a.dynamic])
                     .args(["-c", &spec.connections.to_string()])
-                    .args([
-                        "--fileset-connections",
-                        &spec.fileset_connections.to_string(),
-                    ])
+                    .args(
+                        spec.fileset_connections
+                            .iter()
+                            .flat_map(|f| ["--fileset-connections".to_string(), f.to_string()]),
+                    )
                     .args(["--warmup", &ms(spec.warmup), "--run", &ms(spec.run)])
                     .args([
                         "--rampdown",

@@ -60,8 +60,10 @@ pub struct LgStats {
     pub class_time: [f64; 4],
     pub op_ops: [u64; 5],
     pub op_errors: [u64; 5],
-    pub posts_sent: u64,
-    pub posts_ok: u64,
+    /// POSTs sent and answered well, by the class of the file posted about (the manager
+    /// compares the post log with them class by class).
+    pub posts_sent: [u64; 4],
+    pub posts_ok: [u64; 4],
     pub errors: Vec<String>,
 }
 
@@ -132,11 +134,10 @@ fn request(
     client: usize,
     close: bool,
 ) -> (Vec<u8>, Sent) {
-    let object = format!(
-        "{}/{}",
-        s.url_root,
-        file_name(u64::from(e.dir), e.class, e.num)
-    );
+    // The file's path: under URL_ROOT for a static GET; the dynamic queries name it from
+    // /file_set/ on, as the kit's clients do (the module finds the set under its own root).
+    let file = format!("/{}", file_name(u64::from(e.dir), e.class, e.num));
+    let object = format!("{}{file}", s.url_root);
     let connection = if close { "Connection: close\r\n" } else { "" };
     let cookie = format!("Cookie: my_cookie=user_id={user}&last_ad={last_ad}\r\n");
     let host = &s.host;
@@ -146,15 +147,22 @@ fn request(
             String::new(),
         ),
         Op::Dynamic | Op::Cgi => {
-            let script = if op == Op::Cgi { s.cgi.as_deref().unwrap_or(&s.dynamic) } else { &s.dynamic };
+            let script = if op == Op::Cgi {
+                s.cgi.as_deref().unwrap_or(&s.dynamic)
+            } else {
+                &s.dynamic
+            };
             (
-                format!("GET {script}?{object} HTTP/1.1\r\nHost: {host}\r\nAccept: */*\r\n{connection}\r\n"),
-                object,
+                format!("GET {script}?{file} HTTP/1.1\r\nHost: {host}\r\nAccept: */*\r\n{connection}\r\n"),
+                file,
             )
         }
         Op::Cad => (
-            format!("GET {}?{object} HTTP/1.1\r\nHost: {host}\r\nAccept: */*\r\n{cookie}{connection}\r\n", s.dynamic),
-            object,
+            format!(
+                "GET {}?{file} HTTP/1.1\r\nHost: {host}\r\nAccept: */*\r\n{cookie}{connection}\r\n",
+                s.dynamic
+            ),
+            file,
         ),
         Op::Post => {
             let body = format!(
@@ -374,8 +382,8 @@ pub async fn run(index: usize, s: Arc<Shared>, deck: Rc<RefCell<Deck>>) -> LgSta
                 Err(e) => (0, Err(e.clone()), false),
             };
             if op == Op::Post {
-                st.posts_sent += 1;
-                st.posts_ok += u64::from(verdict.is_ok());
+                st.posts_sent[e.class as usize % 4] += 1;
+                st.posts_ok[e.class as usize % 4] += u64::from(verdict.is_ok());
             }
             if let Ok(Some(ad)) = verdict {
                 last_ad = ad;

@@ -132,6 +132,13 @@ fn integrations() -> std::path::PathBuf {
 }
 
 fn run_client(server: &Server, args: &[&str]) -> serde_json::Value {
+    let (ok, json, err) = run_client_status(server, args);
+    assert!(ok, "{err}");
+    json
+}
+
+/// The client's exit status (success only for a VALID run), its JSON and its stderr.
+fn run_client_status(server: &Server, args: &[&str]) -> (bool, serde_json::Value, String) {
     let out = Command::new(crate::BIN)
         .args([
             "specweb",
@@ -148,12 +155,9 @@ fn run_client(server: &Server, args: &[&str]) -> serde_json::Value {
         .args(args)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (out.status.success(), json, err)
 }
 
 #[test]
@@ -208,7 +212,10 @@ fn the_client_gives_a_valid_run_against_ramjet_with_every_request_type() {
 fn a_wrong_byte_in_replies_makes_the_run_invalid_with_the_reason() {
     // The most requested class 1 file of the most requested directory.
     let s = specweb_server(Some("file_set/dir00000/class1_4"));
-    let r = run_client(&s, &["-c", "5", "--run", "6s"]);
+    let (ok, r, err) = run_client_status(&s, &["-c", "5", "--run", "6s"]);
+    // An invalid run is a failure to a script: non-zero, with the first reason.
+    assert!(!ok, "an INVALID run exited 0");
+    assert!(err.contains("the run is INVALID"), "{err}");
     assert_eq!(r["valid"], false);
     let m = &r["median"];
     let reasons = m["reasons"].to_string();
@@ -218,6 +225,64 @@ fn a_wrong_byte_in_replies_makes_the_run_invalid_with_the_reason() {
         errors.contains("dir00000/class1_4") && errors.contains("bad url name"),
         "{errors}"
     );
+}
+
+/// A load larger than the file set was made for is refused before it runs, with the
+/// mismatch named (it used to run into 404s, report INVALID and exit 0);
+/// `--fileset-connections` makes it draw from the directories there are.
+#[test]
+fn a_file_set_too_small_for_the_load_is_named_before_the_run() {
+    let s = specweb_server(None);
+    // The shared set is made for 10 connections: 31 directories; 20 need 38.
+    let (ok, _, err) = run_client_status(&s, &["-c", "20", "--run", "2s"]);
+    assert!(!ok);
+    assert!(
+        err.contains("the file set has 31 directories, made for at most 10 connections; a load of 20 connections draws from 38"),
+        "{err}"
+    );
+    assert!(err.contains("--fileset-connections 10"), "{err}");
+    let (_, r, err) = run_client_status(
+        &s,
+        &["-c", "12", "--fileset-connections", "10", "--run", "3s"],
+    );
+    assert!(err.contains("not a comparable SPECweb99 result"), "{err}");
+    let m = &r["median"];
+    assert!(!m["sample_errors"].to_string().contains("404"), "{m:#}");
+    for row in m["ops_by_type"].as_array().unwrap() {
+        assert_eq!(row["errors"], 0, "{m:#}");
+    }
+}
+
+/// `--url-root`: the file set under a prefix of the server's tree. Static requests carry
+/// the prefix; the dynamic queries name the file from /file_set/ on, as the kit's clients
+/// do (they used to carry the prefix too, which the module answered 404).
+#[test]
+fn a_url_root_prefixes_static_paths_and_not_dynamic_queries() {
+    let s = specweb_server(None);
+    // /mirror/specweb/file_set/... is the same set.
+    std::fs::create_dir(s.root().parent().unwrap().join("www/mirror")).unwrap();
+    std::os::unix::fs::symlink("..", s.root().parent().unwrap().join("www/mirror/specweb"))
+        .unwrap();
+    let r = run_client(
+        &s,
+        &["-c", "5", "--run", "4s", "--url-root", "/mirror/specweb"],
+    );
+    let m = &r["median"];
+    assert_eq!(r["valid"], true, "{m:#}");
+    let log = crate::poll_until(|| {
+        std::fs::read_to_string(s.path("access.log"))
+            .ok()
+            .filter(|l| l.contains("GET /specweb99?"))
+    });
+    assert!(
+        log.contains("\"GET /mirror/specweb/file_set/dir"),
+        "static paths carry it"
+    );
+    assert!(
+        log.contains("\"GET /specweb99?/file_set/dir"),
+        "queries do not"
+    );
+    assert!(!log.contains("?/mirror/"), "a query carried the URL root");
 }
 
 /// One request on a new connection: status, the Set-Cookie value, and the body with the
@@ -292,6 +357,9 @@ fn the_dynamic_cgi_answers_every_request_as_the_module_does() {
         String::new(),
     ));
     heads.push(("GET {}?/etc/passwd HTTP/1.1\r\n".into(), String::new()));
+    // The kit's manager's Finish (2xx), and an unknown command (400).
+    heads.push(("GET {}?command/Finish HTTP/1.1\r\n".into(), String::new()));
+    heads.push(("GET {}?command/Nope HTTP/1.1\r\n".into(), String::new()));
     heads.push(("POST {} HTTP/1.1\r\n".into(), "dir=1".into()));
     for (head, body) in &heads {
         let m = ask(&s, &head.replace("{}", module), body);
@@ -352,4 +420,35 @@ fn the_client_gives_a_valid_run_against_the_dynamic_cgi() {
         assert_eq!(row["errors"], 0, "{:#}", m);
     }
     assert_eq!(m["posts_sent"], m["post_log_records"]);
+}
+
+/// The example configuration that mounts the module (`packaging/specweb99.toml`) loads,
+/// with its paths pointed at a test directory.
+#[test]
+fn the_example_configuration_mounts_the_module() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = std::fs::read_to_string(root.join("packaging/specweb99.toml")).unwrap();
+    assert!(text.contains("module = \"specweb99\""));
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    for sub in ["srv", "data", "cgi"] {
+        std::fs::create_dir(dir.path().join(sub)).unwrap();
+    }
+    let text = text
+        .replace("/srv/specweb", &format!("{d}/srv"))
+        .replace("/var/lib/specweb", &format!("{d}/data"))
+        .replace("/usr/lib/ramjet/specweb99", &format!("{d}/cgi"));
+    let cfg = dir.path().join("specweb99.toml");
+    std::fs::write(&cfg, text).unwrap();
+    let out = Command::new(crate::BIN)
+        .arg("check-config")
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("module = \"specweb99\""));
 }

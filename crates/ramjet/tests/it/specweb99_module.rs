@@ -200,6 +200,10 @@ fn standard_get_cad_post_reset_and_fetch_answer_as_specified() {
         "{}",
         r.text()
     );
+    // The kit's manager sends Finish after each point and needs a 2xx.
+    let mut c = s.client();
+    assert_eq!(get(&mut c, "/specweb99?command/Finish", None).status, 200);
+    assert_eq!(get(&mut c, "/specweb99?command/Bogus", None).status, 400);
 }
 
 #[test]
