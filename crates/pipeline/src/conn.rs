@@ -236,6 +236,16 @@ impl Conn {
                         }
                         return;
                     }
+                    // The client is still taking the last response out of the socket's
+                    // buffers (megabytes of them, for a slow reader): not idle yet.
+                    ReadOutcome::Timeout
+                        if self.state == State::Idle
+                            && !idle.is_zero()
+                            && still_sending(&self.stream) =>
+                    {
+                        self.read_at = Instant::now();
+                        continue 'requests;
+                    }
                     _ => return,
                 }
             }
@@ -1170,4 +1180,12 @@ mod state_size {
             );
         });
     }
+}
+
+/// Bytes of an earlier response are still queued in the socket, unacknowledged: the
+/// client is still receiving, however long ago the server handed them to the kernel. A
+/// keep-alive timeout that ran out then is counted again from now (for a slow reader,
+/// the socket buffers hold seconds to minutes of its download).
+pub(crate) fn still_sending(socket: &impl std::os::fd::AsRawFd) -> bool {
+    ramjet_runtime::sys::unsent_bytes(socket.as_raw_fd()).is_ok_and(|n| n > 0)
 }

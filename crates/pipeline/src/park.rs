@@ -255,7 +255,21 @@ async fn run<C: Content>(w: Rc<HttpWorker<C>>) {
             match front {
                 Some((deadline, index, seq)) if deadline <= now => {
                     lot.expiry.borrow_mut().pop_front();
-                    if lot.take(key(index, seq)).is_some() {
+                    let sending = lot
+                        .slots
+                        .borrow()
+                        .get(index as usize)
+                        .filter(|s| s.seq == seq)
+                        .and_then(|s| s.parked.as_ref())
+                        .is_some_and(|p| crate::conn::still_sending(&p.stream));
+                    if sending {
+                        // Still receiving its last response: its keep-alive time starts
+                        // again (the queue stays in deadline order: every entry is now
+                        // plus the same timeout).
+                        let keepalive = w.current().config.timeouts.keepalive;
+                        let again = now + keepalive.max(Duration::from_millis(100));
+                        lot.expiry.borrow_mut().push_back((again, index, seq));
+                    } else if lot.take(key(index, seq)).is_some() {
                         // Dropping the socket closes it: the keep-alive time is up.
                         w.count_parked(-1);
                     }

@@ -213,3 +213,44 @@ fn a_download_longer_than_the_keepalive_timeout_keeps_its_connection() {
     assert_eq!(out, format!("200 1 {n}\n200 0 {n}\n"), "{took:?}");
     s.assert_clean_log(&[]);
 }
+
+/// A slow reader with a small receive window, as `ramjet bench --slow` holds mirror
+/// downloads: the server hands a whole 400 KB response to the kernel in a moment (its
+/// socket's send buffer grows to megabytes), and the client takes 12 s to read it. The
+/// keep-alive timeout (3 s) must not close the connection while the client is still
+/// receiving: before, every download then ended in a reset when the client sent its next
+/// request (20 of 20 clients in the reported run, downloads of 98 s).
+#[test]
+fn a_slow_reader_still_receiving_is_not_idle() {
+    let data = crate::bytes(400 * 1000, 8);
+    let s = crate::server_with(
+        &[("f.bin", &data)],
+        "[timeouts]\nkeepalive = \"3s\"\n[[location]]\nroot = \"root\"\n",
+    );
+    let out = std::process::Command::new(crate::BIN)
+        .args([
+            "bench",
+            "--slow",
+            "-c",
+            "2",
+            "--throttle",
+            "256kbit",
+            "-d",
+            "27s",
+            "--json",
+        ])
+        .arg(s.url("/f.bin"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["errors"]["reset"], 0, "{r:#}");
+    assert_eq!(r["errors"]["connect"], 0, "{r:#}");
+    // Two downloads of 12.5 s each per connection, both on the connection it opened.
+    assert!(r["bytes"].as_u64().unwrap() >= 3 * 400 * 1000, "{r:#}");
+    assert_eq!(r["established"], 2, "{r:#}");
+}
