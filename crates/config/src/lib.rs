@@ -8,6 +8,7 @@
 
 mod access;
 mod cgi;
+mod either_form;
 mod error;
 mod error_pages;
 mod file_cache;

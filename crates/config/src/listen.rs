@@ -33,24 +33,12 @@ pub struct ListenTable {
 
 impl<'de> Deserialize<'de> for RawListen {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = RawListen;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an address (\"0.0.0.0:8080\") or a table { address = ..., ... }")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawListen, E> {
-                Ok(RawListen::Address(v.to_string()))
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                map: A,
-            ) -> Result<RawListen, A::Error> {
-                ListenTable::deserialize(serde::de::value::MapAccessDeserializer::new(map))
-                    .map(RawListen::Table)
-            }
-        }
-        d.deserialize_any(Visit)
+        crate::either_form::string_or_table(
+            d,
+            "an address (\"0.0.0.0:8080\") or a table { address = ..., ... }",
+            |a| RawListen::Address(a.to_string()),
+            RawListen::Table,
+        )
     }
 }
 

@@ -81,28 +81,15 @@ struct WeightedServer {
 
 impl<'de> Deserialize<'de> for RawServer {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Visit;
-        impl<'de> serde::de::Visitor<'de> for Visit {
-            type Value = RawServer;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an address (\"127.0.0.1:8000\", \"unix:/path\") or a table { address = ..., weight = ... }")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawServer, E> {
-                Ok(RawServer::Address(v.to_string()))
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                map: A,
-            ) -> Result<RawServer, A::Error> {
-                let w =
-                    WeightedServer::deserialize(serde::de::value::MapAccessDeserializer::new(map))?;
-                Ok(RawServer::Weighted {
-                    address: w.address,
-                    weight: w.weight,
-                })
-            }
-        }
-        d.deserialize_any(Visit)
+        crate::either_form::string_or_table(
+            d,
+            "an address (\"127.0.0.1:8000\", \"unix:/path\") or a table { address = ..., weight = ... }",
+            |a| RawServer::Address(a.to_string()),
+            |w: WeightedServer| RawServer::Weighted {
+                address: w.address,
+                weight: w.weight,
+            },
+        )
     }
 }
 
