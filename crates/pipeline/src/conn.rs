@@ -1128,6 +1128,14 @@ fn field_of<'a>(block: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
 #[cfg(test)]
 const CONNECTION_STATE_BUDGET: usize = 1024;
 
+/// Bytes of an earlier response are still queued in the socket, unacknowledged: the
+/// client is still receiving, however long ago the server handed them to the kernel. A
+/// keep-alive timeout that ran out then is counted again from now (for a slow reader,
+/// the socket buffers hold seconds to minutes of its download).
+pub(crate) fn still_sending(socket: &impl std::os::fd::AsRawFd) -> bool {
+    ramjet_runtime::sys::unsent_bytes(socket.as_raw_fd()).is_ok_and(|n| n > 0)
+}
+
 #[cfg(test)]
 mod state_size {
     use super::CONNECTION_STATE_BUDGET;
@@ -1182,10 +1190,3 @@ mod state_size {
     }
 }
 
-/// Bytes of an earlier response are still queued in the socket, unacknowledged: the
-/// client is still receiving, however long ago the server handed them to the kernel. A
-/// keep-alive timeout that ran out then is counted again from now (for a slow reader,
-/// the socket buffers hold seconds to minutes of its download).
-pub(crate) fn still_sending(socket: &impl std::os::fd::AsRawFd) -> bool {
-    ramjet_runtime::sys::unsent_bytes(socket.as_raw_fd()).is_ok_and(|n| n > 0)
-}
