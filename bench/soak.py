@@ -16,8 +16,9 @@ Meanwhile: a reload (HUP) every `--reload` seconds, a log rotation (rename, USR1
 `--rotate` seconds, RSS, descriptors and threads sampled every `--sample` seconds.
 
 Verdict (exit status 1 if any fails): no error of any kind in any client (connect,
-timeout, reset, status, short body, invalid); RSS flat (the last sample within
-`--rss-growth` of the first after the warm-up); descriptors after the load no more than
+timeout, reset, status, short body, invalid); RSS flat (over the second half of the run it
+grows by at most `--rss-growth`: the first half includes pools and the allocator
+settling); descriptors after the load no more than
 under it (cached files and pooled connections aside, nothing left behind); the server stops with status 0 and logged no panic and no ERROR line.
 
   bench/soak.py --seconds 600 --out bench/results/$(date +%F)-soak
@@ -77,7 +78,8 @@ def main():
     ap.add_argument("--reload", type=int, default=60)
     ap.add_argument("--rotate", type=int, default=300)
     ap.add_argument("--sample", type=int, default=15)
-    ap.add_argument("--rss-growth", type=float, default=0.10)
+    ap.add_argument("--rss-growth", type=float, default=0.05,
+                    help="most RSS growth over the second half of the run")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -170,7 +172,11 @@ def main():
     log = (out / "serve.log").read_text(errors="replace")
     bad_lines = [l for l in log.splitlines() if "panicked" in l or " ERROR " in l]
     warm = [s for s in samples if s[0] >= min(60, args.seconds // 4)] or samples
-    first_rss, last_rss = warm[0][1], warm[-1][1]
+    # Flat means no growth that goes on: the first half of a run includes the pools, the
+    # caches and the allocator's arenas settling (measured: +1.6 MB in the first 5 minutes,
+    # +0.1 MB in the last 2 of 15); a leak grows the second half as much as the first.
+    half = [s for s in samples if s[0] >= args.seconds // 2] or samples
+    first_rss, last_rss = half[0][1], half[-1][1]
     growth = (last_rss - first_rss) / max(first_rss, 1)
     lines = [f"# Soak: {args.seconds} s", "",
              f"Command: `bench/soak.py {' '.join(sys.argv[1:])}`", "",
@@ -188,8 +194,9 @@ def main():
             failed.append(f"{k}: {n} errors {kinds}")
     lines += ["", "| t (s) | RSS (KB) | fds | threads | CPU (s) |", "|---:|---:|---:|---:|---:|"]
     lines += [f"| {t} | {r} | {f} | {th} | {c:.1f} |" for t, r, f, th, c in samples]
-    lines += ["", f"RSS {first_rss} KB at {warm[0][0]} s -> {last_rss} KB at {warm[-1][0]} s "
-              f"({growth:+.1%}); after the load {rss_after} KB.",
+    lines += ["", f"RSS {warm[0][1]} KB at {warm[0][0]} s (warmed up), {first_rss} KB at "
+              f"{half[0][0]} s (half-way), {last_rss} KB at {half[-1][0]} s: {growth:+.1%} over "
+              f"the second half; after the load {rss_after} KB.",
               f"Descriptors: {fds_before} before the load, {warm[0][2]} at {warm[0][0]} s under "
               f"load, {fds_after} after it.",
               f"Server exit status {rj.returncode}; panic or ERROR lines: {len(bad_lines)}."]

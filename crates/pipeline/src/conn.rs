@@ -240,7 +240,7 @@ impl Conn {
                     // buffers (megabytes of them, for a slow reader): not idle yet.
                     ReadOutcome::Timeout
                         if self.state == State::Idle
-                            && !idle.is_zero()
+                            && !self.generation.config.timeouts.keepalive.is_zero()
                             && still_sending(&self.stream) =>
                     {
                         self.read_at = Instant::now();
@@ -1189,4 +1189,3 @@ mod state_size {
         });
     }
 }
-

@@ -28,8 +28,6 @@ struct Script {
     /// Let a call fail outright.
     errors: bool,
     out: RefCell<Vec<u8>>,
-    /// Every `cork` call, in order.
-    corks: RefCell<Vec<bool>>,
 }
 
 impl Script {
@@ -40,7 +38,6 @@ impl Script {
             zeros,
             errors,
             out: RefCell::new(Vec::new()),
-            corks: RefCell::new(Vec::new()),
         }
     }
 
@@ -94,10 +91,6 @@ impl Sink for Script {
         file.read_exact_at(&mut buf, offset).unwrap();
         self.out.borrow_mut().extend_from_slice(&buf);
         Ok(k)
-    }
-
-    fn cork(&self, on: bool) {
-        self.corks.borrow_mut().push(on);
     }
 
     async fn writable(&self, _timeout: Duration) -> Result<(), WriteError> {
@@ -310,22 +303,13 @@ fn flush(resps: &[Resp], seed: u64, zeros: bool, errors: bool) {
     let (expect, bodies) = fill(&mut out, resps, &file, zeros || errors);
     let sink = Script::new(seed, zeros, errors);
     let result = flush_on_runtime(&mut out, &sink);
-    let corks = sink.corks.into_inner();
     let wrote = sink.out.into_inner();
-    assert!(
-        corks.chunks(2).all(|p| p[0]) && corks.chunks(2).all(|p| p.len() == 1 || !p[1]),
-        "cork calls do not alternate on, off: {corks:?}"
-    );
     assert!(
         expect.starts_with(&wrote),
         "bytes written out of order or invented"
     );
     match result {
         Ok(()) => {
-            assert!(
-                corks.len() % 2 == 0,
-                "a finished flush left the socket corked"
-            );
             assert_eq!(wrote.len(), expect.len(), "flush said done early");
             assert_eq!(out.body_written, bodies);
         }
@@ -379,33 +363,4 @@ fn empty_bodies_issue_no_writes_of_their_own() {
     flush_on_runtime(&mut out, &sink).unwrap();
     assert_eq!(sink.out.into_inner().len(), 3 * 19);
     assert_eq!(out.body_written, vec![0, 0, 0]);
-}
-
-/// A file body longer than one sendfile chunk is sent corked and uncorked at its end;
-/// a shorter one never touches the cork (two more syscalls would be all it bought).
-#[test]
-fn long_file_bodies_are_corked_until_their_end() {
-    let file = file();
-    for (len, expect) in [
-        (super::SENDFILE_CHUNK, vec![]),
-        (super::SENDFILE_CHUNK + 1, vec![true, false]),
-        (FILE_LEN, vec![true, false]),
-    ] {
-        let mut out = Outbox::default();
-        let resp = out.begin();
-        out.head(resp, |o| o.extend_from_slice(b"HTTP/1.1 200 OK\r\n\r\n"));
-        out.body(
-            resp,
-            Body::File {
-                file: file.clone(),
-                offset: 0,
-                len,
-            },
-            false,
-        );
-        let sink = Script::new(7, false, false);
-        flush_on_runtime(&mut out, &sink).unwrap();
-        assert_eq!(sink.out.into_inner().len() as u64, 19 + len);
-        assert_eq!(sink.corks.into_inner(), expect, "body of {len} bytes");
-    }
 }

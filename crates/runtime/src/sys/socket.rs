@@ -44,14 +44,6 @@ pub fn defer_accept(listener: BorrowedFd<'_>, seconds: u32) -> io::Result<()> {
     set_int(listener, libc::IPPROTO_TCP, libc::TCP_DEFER_ACCEPT, seconds)
 }
 
-/// Hold back partial segments (`TCP_CORK`) while `on`; turning it off sends what is held.
-/// Set around a long sendfile body: each `sendfile` call otherwise ends with a short
-/// segment (a 256 KiB chunk is 4 segments of loopback's 65,483-byte MSS and 212 bytes),
-/// because ramjet's sockets have `TCP_NODELAY`.
-pub fn set_cork(socket: BorrowedFd<'_>, on: bool) -> io::Result<()> {
-    set_int(socket, libc::IPPROTO_TCP, libc::TCP_CORK, on as libc::c_int)
-}
-
 /// A second descriptor for the same socket (close-on-exec): it keeps the connection open
 /// after the first is closed, e.g. while the connection waits to be handed to another
 /// process.
