@@ -44,7 +44,6 @@ impl Resolver<'_> {
     ) -> (Limits, Option<Arc<ramjet_shaping::SharedBucket>>) {
         let defaults = ramjet_http1::Limits::default();
         let value = |v: &Option<Spanned<u32>>| v.as_ref().map(|s| *s.get_ref());
-        let span = |v: Option<std::ops::Range<usize>>| v;
         let limits = Limits {
             http1: ramjet_http1::Limits {
                 max_target: l.max_target.map_or(defaults.max_target, |s| s.0 as usize),
@@ -62,7 +61,7 @@ impl Resolver<'_> {
                 .map_or(ramjet_handoff::MAX_BATCH, |n| n as usize),
             cgi_processes: value(&l.cgi_processes).unwrap_or(DEFAULT_CGI_PROCESSES) as usize,
         };
-        let at = |v: &Option<Spanned<u32>>| span(v.as_ref().map(|s| s.span()));
+        let at = |v: &Option<Spanned<u32>>| v.as_ref().map(|s| s.span());
         if value(&l.cgi_processes) == Some(0) {
             self.keep::<()>(Err(self.err(
                 at(&l.cgi_processes),

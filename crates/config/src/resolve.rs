@@ -56,10 +56,10 @@ pub fn load_str(src: &str, name: &str, base: &Path) -> Result<Resolved, ConfigEr
     }
     let mut all = typed;
     if let Err(first) = resolved {
+        // A check's error in the table that held a type error (that table read without it).
         let within = |k: &Option<String>, b: &String| {
             let table = b.rsplit_once('.').map_or(b.as_str(), |(t, _)| t);
-            k.as_deref()
-                .is_some_and(|k| k == b || k.starts_with(&format!("{table}.")) || k == table)
+            k.as_deref().is_some_and(|k| under(k, table))
         };
         let more = std::iter::once(first.clone()).chain(first.also);
         all.extend(
@@ -104,13 +104,9 @@ fn deserialize_all(src: &str, name: &str) -> Result<(RawConfig, Vec<ConfigError>
             .and_then(|m| m.split('`').next())
             .is_some_and(|field| {
                 let own = format!("{key}.{field}");
-                errors.iter().any(|e| {
-                    e.key.as_deref().is_some_and(|k| {
-                        k == own
-                            || k.starts_with(&format!("{own}["))
-                            || k.starts_with(&format!("{own}."))
-                    })
-                })
+                errors
+                    .iter()
+                    .any(|e| e.key.as_deref().is_some_and(|k| under(k, &own)))
             });
         if !repeated && !follows {
             errors.push(error);
@@ -124,7 +120,14 @@ fn deserialize_all(src: &str, name: &str) -> Result<(RawConfig, Vec<ConfigError>
     }
 }
 
-/// Replace every line that `span` touches with spaces; false when nothing changed.
+/// `key` is `path` or a key inside it (`path.x`, `path[0]`).
+fn under(key: &str, path: &str) -> bool {
+    key.strip_prefix(path)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with('['))
+}
+
+/// Replace every line that `span` touches with spaces (a multi-byte character with as
+/// many spaces as it has bytes); false when nothing changed.
 fn blank_lines(text: &mut String, span: std::ops::Range<usize>) -> bool {
     let bytes = text.as_bytes();
     let start = bytes[..span.start.min(bytes.len())]
@@ -136,19 +139,14 @@ fn blank_lines(text: &mut String, span: std::ops::Range<usize>) -> bool {
         .iter()
         .position(|&b| b == b'\n')
         .map_or(bytes.len(), |i| end + i);
-    let blank: String = text[start..end]
-        .chars()
-        .map(|c| if c == '\n' { '\n' } else { ' ' })
-        .collect();
-    if blank == text[start..end] {
+    if bytes[start..end].iter().all(|&b| b == b' ' || b == b'\n') {
         return false;
     }
-    // Multi-byte characters become as many spaces as they had bytes.
-    let bytes_blank: String = text.as_bytes()[start..end]
+    let blank: String = bytes[start..end]
         .iter()
         .map(|&b| if b == b'\n' { '\n' } else { ' ' })
         .collect();
-    text.replace_range(start..end, &bytes_blank);
+    text.replace_range(start..end, &blank);
     true
 }
 

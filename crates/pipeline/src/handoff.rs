@@ -29,6 +29,18 @@ fn unavailable(now: std::time::SystemTime) -> Vec<u8> {
 /// waiting costs the worker nothing: it is a timer in the connection's task).
 pub(crate) const RETRY: Duration = Duration::from_millis(2);
 
+/// Why a backend could not take connections at its last try: the OS error (when there
+/// was one) and its kind; an `io::Error` is not `Copy`, so this is kept instead.
+#[derive(Debug, Clone, Copy)]
+struct Why(Option<i32>, std::io::ErrorKind);
+
+impl Why {
+    fn error(self) -> std::io::Error {
+        self.0
+            .map_or_else(|| self.1.into(), std::io::Error::from_raw_os_error)
+    }
+}
+
 /// What became of a queued connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Fate {
@@ -46,9 +58,10 @@ pub(crate) struct Handoffs {
     senders: RefCell<Vec<Backend>>,
     queue: RefCell<Vec<Queued>>,
     next_id: Cell<u64>,
-    /// Backends that were full or absent at the last try, and when to try again: however
+    /// Backends that were full or absent at the last try, when to try again, and why they
+    /// failed (the OS error, for the warning when their connections are refused): however
     /// many connections wait for one, it is tried once per `RETRY`.
-    resting: RefCell<Vec<(Arc<PathBuf>, Instant)>>,
+    resting: RefCell<Vec<(Arc<PathBuf>, Instant, Why)>>,
 }
 
 /// A backend this worker sends to.
@@ -131,18 +144,23 @@ impl Handoffs {
     pub(crate) fn flush(&self, max_batch: usize, now: Instant) -> Flushed {
         let mut queue = std::mem::take(&mut *self.queue.borrow_mut());
         let mut done = Flushed::default();
-        self.resting.borrow_mut().retain(|(_, until)| *until > now);
+        self.resting
+            .borrow_mut()
+            .retain(|(_, until, _)| *until > now);
         while let Some(first) = queue.first() {
             let socket = first.socket.clone();
             let (mine, rest): (Vec<Queued>, Vec<Queued>) =
                 queue.into_iter().partition(|q| q.socket == socket);
             queue = rest;
-            let resting = self.resting.borrow().iter().any(|(s, _)| *s == socket);
-            let (sent, messages, failure) = if resting {
-                let e = std::io::Error::from(std::io::ErrorKind::WouldBlock);
-                (0, 0, Some(e))
-            } else {
-                self.send_all(&socket, &mine, max_batch)
+            let resting = self
+                .resting
+                .borrow()
+                .iter()
+                .find(|(s, ..)| *s == socket)
+                .map(|&(_, _, why)| why);
+            let (sent, messages, failure) = match resting {
+                Some(why) => (0, 0, Some(why.error())),
+                None => self.send_all(&socket, &mine, max_batch),
             };
             for q in &mine[..sent] {
                 q.fate.set(Fate::Went);
@@ -156,10 +174,11 @@ impl Handoffs {
                     | std::io::ErrorKind::NotFound
                     | std::io::ErrorKind::ConnectionRefused
             );
-            if wait && !resting {
+            if wait && resting.is_none() {
+                let why = Why(e.raw_os_error(), e.kind());
                 self.resting
                     .borrow_mut()
-                    .push((socket.clone(), now + RETRY));
+                    .push((socket.clone(), now + RETRY, why));
             }
             let mut refused = 0;
             let mut answer: Option<Vec<u8>> = None;

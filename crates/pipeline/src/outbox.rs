@@ -425,9 +425,9 @@ async fn send_file<S: Sink>(
 ) -> Result<bool, WriteError> {
     let mut waited = false;
     // Not corked: with TCP_CORK around long bodies (so that each 256 KiB chunk would not end
-    // in a short segment), 100 MB bodies went out at half the rate (37 against 73 requests
-    // a second, 4 connections, discarding receiver, bench/ab.py): the tail segments cost
-    // nothing next to what the cork held back.
+    // in a short segment), 100 MB bodies went out at half the rate (35 against 63 requests
+    // a second, 4 connections, discarding receiver; bench/results/2026-11-25-static-ab/):
+    // the tail segments cost nothing next to what the cork held back.
     let mut sent = 0u64;
     while sent < len {
         let pos = offset + sent;

@@ -56,8 +56,9 @@ impl Listing {
 
     /// The whole listing, 200, without validators.
     fn response(self) -> Response {
-        let mut r = Response::new(200, Body::Bytes(self.body.clone()));
-        r.shared_headers = self.headers();
+        let headers = self.headers();
+        let mut r = Response::new(200, Body::Bytes(self.body));
+        r.shared_headers = headers;
         r
     }
 }
