@@ -413,6 +413,41 @@ def cold_under_load(server, cold_files, duration, ramjet_bin):
     return {"quiet": quiet, "loaded": loaded, "cold_bytes": delivered, "cold_seconds": duration + 3}
 
 
+# One client, one large file, as a mirror's user downloads it: a sparse file (its holes are
+# never in the page cache until read) and a real file dropped from the page cache first.
+SINGLE = [("sparse 5 GiB", "sparse5g.bin", 5 << 30, True), ("cold 2 GiB", "cold/big2g.bin", 2 << 30, False)]
+
+
+def make_single_files():
+    for _, name, size, sparse in SINGLE:
+        p = WWW / name
+        p.parent.mkdir(exist_ok=True)
+        if p.exists() and p.stat().st_size == size:
+            continue
+        if sparse:
+            with open(p, "wb") as f:
+                f.truncate(size)
+        else:
+            with open(p, "wb") as f:
+                for _ in range(size >> 20):
+                    f.write(os.urandom(1 << 20))
+    return [WWW / name for _, name, _, _ in SINGLE]
+
+
+def single_download(server, name):
+    """One `curl -o /dev/null` of /name after dropping it from the page cache: Gbit/s and
+    server CPU seconds."""
+    drop_from_cache([WWW / name])
+    ticks = server.cpu_ticks()
+    t = time.time()
+    out = subprocess.run(["taskset", "-c", "1", "curl", "-s", "-o", "/dev/null", "-w", "%{size_download}",
+                          f"http://127.0.0.1:{PORTS[server.name]}/{name}"], capture_output=True, text=True, check=True)
+    dt = time.time() - t
+    size = int(out.stdout.strip() or 0)
+    return {"bytes": size, "seconds": dt, "gbit_s": size * 8 / dt / 1e9,
+            "cpu_s": (server.cpu_ticks() - ticks) / TICK}
+
+
 def median_run(runs, key="rps"):
     ordered = sorted(runs, key=lambda r: r[key])
     return ordered[len(ordered) // 2]
@@ -515,6 +550,22 @@ def report(results, servers, clients, args, out):
                 mbs = c["cold_bytes"] / c["cold_seconds"] / 1e6
                 lines.append(f"| {name} | {fmt(q['rps'])} | {fmt(q['p99_ms'], 3)} | {fmt(l['rps'])} | {fmt(l['p99_ms'], 3)} | {ratio:.2f}x | {mbs:.1f} |")
         lines.append("")
+    if results.get("single"):
+        lines += [f"## One download of a large file ({args.single} rounds, servers rotated)", "",
+                  "`curl -s -o /dev/null` on CPU 1, the file dropped from the page cache first (posix_fadvise DONTNEED);",
+                  "the sparse file's holes are never cached until read. Peers in their plain configuration",
+                  "(nginx without `aio threads`: faster here for one download).", "",
+                  "| file | server | median Gbit/s | all runs | server CPU s (median run) | vs nginx |", "|---|---|---|---|---|---|"]
+        for label, per in results["single"].items():
+            med = {n: median_run(r, "gbit_s") for n, r in per.items() if r}
+            for name in servers:
+                if name in med:
+                    base = med.get("nginx")
+                    ratio = med[name]["gbit_s"] / base["gbit_s"] if base and base["gbit_s"] else 0
+                    lines.append(f"| {label} | {name} | {med[name]['gbit_s']:.2f} | "
+                                 + ", ".join(f"{r['gbit_s']:.2f}" for r in per[name])
+                                 + f" | {med[name]['cpu_s']:.2f} | {ratio:.2f}x |")
+        lines.append("")
     if results.get("sweep"):
         sw = results["sweep"]
         lines += [f"## Open-loop sweep: {sw['profile']}, {sw['rates']} requests/s, {args.sweep_step_s} s per step", "",
@@ -593,6 +644,8 @@ def main():
                     help="load generator: wrk, ramjet (ramjet bench) or both")
     ap.add_argument("--idle", type=int, default=10000, help="idle connections to hold (0: skip)")
     ap.add_argument("--cold", type=int, default=2, help="cold 1 GiB downloads (0: skip)")
+    ap.add_argument("--single", type=int, default=3,
+                    help="rounds of single downloads of a sparse 5 GiB and a cold 2 GiB file (0: skip)")
     ap.add_argument("--sweep", default="", help="open-loop sweep FROM:TO:STEP (requests/s); empty: skip")
     ap.add_argument("--sweep-servers", default="ramjet,nginx")
     ap.add_argument("--sweep-profile", default="4KB c50")
@@ -606,7 +659,7 @@ def main():
     make_files()
     profiles = [p for p in KEEPALIVE if (args.profiles == "all" and (p[3] != "discard" or args.client == "ramjet"))
                 or p[0] in args.profiles.split(",")]
-    results = {"runs": {}, "median": {}, "idle": {}, "cold": {}, "sweep": None}
+    results = {"runs": {}, "median": {}, "idle": {}, "cold": {}, "single": {}, "sweep": None}
     for profile in profiles:
         results["runs"][profile[0]] = {c: {n: [] for n in servers} for c in clients}
     # A throwaway run first: the first measurement of a script run showed a p99 outlier
@@ -656,6 +709,20 @@ def main():
                 print(f"cold {name}: quiet p99 {c['quiet']['p99_ms']} ms, loaded p99 {c['loaded']['p99_ms']} ms", flush=True)
             finally:
                 srv.stop()
+    if args.single:
+        make_single_files()
+        for label, _, _, _ in SINGLE:
+            results["single"][label] = {n: [] for n in servers}
+        for rnd in range(args.single):
+            for name in servers[rnd % len(servers):] + servers[:rnd % len(servers)]:
+                srv = Server(name, args.ramjet)
+                try:
+                    for label, path, _, _ in SINGLE:
+                        r = single_download(srv, path)
+                        results["single"][label][name].append(r)
+                        print(f"single {rnd} {name:9} {label:14} {r['gbit_s']:6.2f} Gbit/s  cpu {r['cpu_s']:.2f} s", flush=True)
+                finally:
+                    srv.stop()
     if args.sweep:
         results["sweep"] = sweep(args.sweep_servers.split(","), args, out)
     report(results, servers, clients, args, out)

@@ -404,15 +404,49 @@ fn unlisted() -> &'static WorkerStats {
 pub async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, tokio::task::JoinError> {
-    struct InFlight(&'static WorkerStats);
-    impl Drop for InFlight {
-        fn drop(&mut self) {
-            self.0.blocking_now.sub(1);
-        }
-    }
+    spawn_blocking(f).await
+}
+
+/// Start `f` on the blocking pool, counted (jobs in flight and in total), and return a
+/// handle to await later: a caller can go on with other work while the job runs (the
+/// outbox sends one window of a cold file while the next is read). Counted in flight
+/// until the handle is awaited to the end or dropped (a dropped job runs on, uncounted).
+pub fn spawn_blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Blocking<T> {
     let s = local();
     s.blocking_now.add(1);
     s.blocking_total.add(1);
-    let _in_flight = InFlight(s);
-    tokio::task::spawn_blocking(f).await
+    Blocking {
+        job: tokio::task::spawn_blocking(f),
+        stats: s,
+    }
+}
+
+/// A job on the blocking pool ([`spawn_blocking`]); resolves to its result.
+pub struct Blocking<T> {
+    job: tokio::task::JoinHandle<T>,
+    stats: &'static WorkerStats,
+}
+
+impl<T> Blocking<T> {
+    /// Whether the job has finished (awaiting it then does not wait).
+    pub fn is_finished(&self) -> bool {
+        self.job.is_finished()
+    }
+}
+
+impl<T> std::future::Future for Blocking<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.job).poll(cx)
+    }
+}
+
+impl<T> Drop for Blocking<T> {
+    fn drop(&mut self) {
+        self.stats.blocking_now.sub(1);
+    }
 }

@@ -20,7 +20,7 @@ use crate::response::{Body, BodySource, Part};
 /// (DESIGN.md §1: 256 KiB chunks roughly doubled throughput over unbounded calls here).
 const SENDFILE_CHUNK: u64 = 256 * 1024;
 /// When a chunk is not in the page cache, the blocking pool reads this much ahead.
-const WARM_WINDOW: u64 = 2 * 1024 * 1024;
+const WARM_WINDOW: u64 = 8 * 1024 * 1024;
 /// Most iovecs per writev.
 const MAX_IOV: usize = 64;
 
@@ -429,19 +429,35 @@ async fn send_file<S: Sink>(
     // a second, 4 connections, discarding receiver; bench/results/2026-11-25-static-ab/):
     // the tail segments cost nothing next to what the cork held back.
     let mut sent = 0u64;
+    let mut ahead: Option<Ahead> = None;
     while sent < len {
         let pos = offset + sent;
         let n = (len - sent).min(SENDFILE_CHUNK);
-        if !sys::is_resident(file, pos, n) {
-            waited = true;
-            let f = file.clone();
-            let window = (len - sent).min(WARM_WINDOW);
-            let warmed =
-                ramjet_observe::stats::blocking(move || sys::blocking_warm(&f, pos, window)).await;
-            match warmed {
+        // A cold file is read on the pool one window ahead of the send: the window the
+        // send has reached is awaited (at once when the disk kept up), and the next one is
+        // started before its bytes go out, so the disk and the socket work at the same time.
+        let reached = ahead.as_ref().is_some_and(|a| pos >= a.start);
+        if reached || !sys::is_resident(file, pos, n) {
+            let (job, end) = match ahead.take() {
+                Some(a) if reached => (a.job, a.end),
+                _ => {
+                    let w = (len - sent).min(WARM_WINDOW);
+                    (warm(file, pos, w), pos + w)
+                }
+            };
+            waited |= !job.is_finished();
+            match job.await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => return Err(WriteError::Io(e)),
                 Err(e) => return Err(WriteError::Io(io::Error::other(e))),
+            }
+            if end < offset + len {
+                let w = (offset + len - end).min(WARM_WINDOW);
+                ahead = Some(Ahead {
+                    start: end,
+                    end: end + w,
+                    job: warm(file, end, w),
+                });
             }
         }
         match sink.try_sendfile(file, pos, n as usize) {
@@ -473,6 +489,19 @@ async fn send_file<S: Sink>(
         }
     }
     Ok(waited)
+}
+
+/// A window of a cold file being read on the blocking pool ahead of the send.
+struct Ahead {
+    start: u64,
+    end: u64,
+    job: ramjet_observe::stats::Blocking<io::Result<()>>,
+}
+
+/// Start reading `[pos, pos+len)` of `file` into the page cache on the blocking pool.
+fn warm(file: &Arc<File>, pos: u64, len: u64) -> ramjet_observe::stats::Blocking<io::Result<()>> {
+    let f = file.clone();
+    ramjet_observe::stats::spawn_blocking(move || sys::blocking_warm(&f, pos, len))
 }
 
 /// Most bytes of a chunk-size line: 16 hex digits and CRLF.

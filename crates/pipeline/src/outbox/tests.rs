@@ -364,3 +364,97 @@ fn empty_bodies_issue_no_writes_of_their_own() {
     assert_eq!(sink.out.into_inner().len(), 3 * 19);
     assert_eq!(out.body_written, vec![0, 0, 0]);
 }
+
+/// A sink that checks what the event loop must never do: `sendfile` a range that is not in
+/// the page cache (it would block the worker on the disk).
+struct ResidentOnly {
+    out: RefCell<Vec<u8>>,
+    sendfiles: Cell<u32>,
+}
+
+impl Sink for ResidentOnly {
+    fn try_writev(&self, iov: &[IoSlice<'_>], _more: bool) -> io::Result<usize> {
+        let mut out = self.out.borrow_mut();
+        for s in iov {
+            out.extend_from_slice(s);
+        }
+        Ok(iov.iter().map(|s| s.len()).sum())
+    }
+
+    fn try_sendfile(&self, file: &File, offset: u64, len: usize) -> io::Result<usize> {
+        assert!(
+            ramjet_runtime::sys::is_resident(file, offset, len as u64),
+            "sendfile of {len} bytes at {offset} that are not in the page cache"
+        );
+        self.sendfiles.set(self.sendfiles.get() + 1);
+        // Take a little less than asked now and then, as a socket does.
+        let k = if offset % 3 == 0 { len - len / 3 } else { len };
+        let mut buf = vec![0; k];
+        file.read_exact_at(&mut buf, offset).unwrap();
+        self.out.borrow_mut().extend_from_slice(&buf);
+        Ok(k)
+    }
+
+    async fn writable(&self, _timeout: Duration) -> Result<(), WriteError> {
+        Ok(())
+    }
+}
+
+/// A cold file, sent from an odd offset across many read-ahead windows (and a sparse one,
+/// whose holes are never "in the cache" until read): every byte arrives in order, and no
+/// `sendfile` ever meets a page the pool has not read in first.
+#[test]
+fn a_cold_file_is_read_on_the_pool_ahead_of_every_send() {
+    const LEN: u64 = 3 * super::WARM_WINDOW + 12_345;
+    for sparse in [false, true] {
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = if sparse {
+            f.set_len(LEN).unwrap();
+            vec![0; LEN as usize]
+        } else {
+            let d: Vec<u8> = (0..LEN).map(|i| (i * 13 % 241) as u8).collect();
+            f.write_all(&d).unwrap();
+            d
+        };
+        f.sync_all().unwrap();
+        ramjet_runtime::sys::drop_from_page_cache(&f).unwrap();
+        if ramjet_runtime::sys::is_resident(&f, 0, LEN) {
+            eprintln!("the temporary directory's file system keeps files cached; nothing to test");
+            return;
+        }
+        let file = Arc::new(f);
+        let offset = 4097;
+        let mut out = Outbox::default();
+        let resp = out.begin();
+        out.head(resp, |o| {
+            o.extend_from_slice(b"HTTP/1.1 206 Partial Content\r\n\r\n")
+        });
+        out.body(
+            resp,
+            Body::File {
+                file: file.clone(),
+                offset,
+                len: LEN - offset,
+            },
+            false,
+        );
+        let sink = ResidentOnly {
+            out: RefCell::new(Vec::new()),
+            sendfiles: Cell::new(0),
+        };
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(out.flush(&sink, Duration::from_secs(5), None))
+            .unwrap();
+        let got = sink.out.into_inner();
+        let head = b"HTTP/1.1 206 Partial Content\r\n\r\n".len();
+        assert_eq!(got.len() - head, (LEN - offset) as usize, "sparse {sparse}");
+        assert!(
+            got[head..] == data[offset as usize..],
+            "sparse {sparse}: bytes differ"
+        );
+        assert!(sink.sendfiles.get() as u64 > LEN / super::SENDFILE_CHUNK);
+    }
+}
