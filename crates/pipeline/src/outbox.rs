@@ -21,6 +21,8 @@ use crate::response::{Body, BodySource, Part};
 const SENDFILE_CHUNK: u64 = 256 * 1024;
 /// When a chunk is not in the page cache, the blocking pool reads this much ahead.
 const WARM_WINDOW: u64 = 8 * 1024 * 1024;
+/// How far ahead one page-cache probe looks before a file is sent from the event loop.
+const RESIDENT_SPAN: u64 = 16 * 1024 * 1024;
 /// Most iovecs per writev.
 const MAX_IOV: usize = 64;
 
@@ -430,6 +432,8 @@ async fn send_file<S: Sink>(
     // the tail segments cost nothing next to what the cork held back.
     let mut sent = 0u64;
     let mut ahead: Option<Ahead> = None;
+    // Bytes below this were found in the page cache (or read in) a moment ago.
+    let mut resident_to = offset;
     while sent < len {
         let pos = offset + sent;
         let n = (len - sent).min(SENDFILE_CHUNK);
@@ -437,7 +441,19 @@ async fn send_file<S: Sink>(
         // send has reached is awaited (at once when the disk kept up), and the next one is
         // started before its bytes go out, so the disk and the socket work at the same time.
         let reached = ahead.as_ref().is_some_and(|a| pos >= a.start);
-        if reached || !sys::is_resident(file, pos, n) {
+        if !reached && pos + n > resident_to {
+            // One probe for up to RESIDENT_SPAN ahead, not one per 256 KiB chunk: a hot
+            // 100 MB file went at 65.1 instead of 61.7 responses a second (4 connections,
+            // discarding receiver, median of 6 alternating runs; runs spread 55-75).
+            // Pages evicted between the probe and the send cost a short wait in sendfile.
+            let span = (len - sent).min(RESIDENT_SPAN);
+            if sys::is_resident(file, pos, span) {
+                resident_to = pos + span;
+            } else if sys::is_resident(file, pos, n) {
+                resident_to = pos + n;
+            }
+        }
+        if reached || pos + n > resident_to {
             let (job, end) = match ahead.take() {
                 Some(a) if reached => (a.job, a.end),
                 _ => {
@@ -451,6 +467,7 @@ async fn send_file<S: Sink>(
                 Ok(Err(e)) => return Err(WriteError::Io(e)),
                 Err(e) => return Err(WriteError::Io(io::Error::other(e))),
             }
+            resident_to = end;
             if end < offset + len {
                 let w = (offset + len - end).min(WARM_WINDOW);
                 ahead = Some(Ahead {
