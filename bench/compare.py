@@ -28,7 +28,11 @@ ROOT = Path(__file__).resolve().parent.parent
 WORK = Path(tempfile.gettempdir()) / "ramjet-bench"
 WWW = WORK / "www"
 TICK = os.sysconf("SC_CLK_TCK")
-PORTS = {"ramjet": 18080, "nginx": 18081, "lighttpd": 18082, "h2o": 18083, "apache": 18084}
+PORTS = {"ramjet": 18080, "nginx": 18081, "lighttpd": 18082, "h2o": 18083, "apache": 18084, "minhttpd": 18085}
+# bench/minhttpd.c answers every request with one fixed 4 KB body and parses nothing but the
+# end of the head: the floor of what serving a request costs, not a web server. It runs only
+# the profiles that ask for /4k.bin alone.
+FLOOR_ONLY = {"minhttpd": ["/4k.bin"]}
 
 # The 2004 static-page test: a 21.5 KB page and its two 25 KB images, fetched together.
 PAGE = ["/21k.html", "/img1.jpg", "/img2.jpg"]
@@ -166,6 +170,12 @@ hosts:
         file.dir: {WWW}
 """)
         return ["h2o", "-c", str(cfg)]
+    if name == "minhttpd":
+        binary = WORK / "minhttpd"
+        src = ROOT / "bench" / "minhttpd.c"
+        if not binary.exists() or binary.stat().st_mtime < src.stat().st_mtime:
+            sh(["cc", "-O2", "-o", str(binary), str(src)])
+        return [str(binary), "-p", str(port), "-c", "0", "-s", "4096", "-a", "127.0.0.1"]
     if name == "apache":
         cfg = conf_dir / "apache.conf"
         mods = "/usr/lib/apache2/modules"
@@ -477,6 +487,8 @@ def report(results, servers, clients, args, out):
         "`worker_processes 1` (plus `aio threads` in the cold-file profile only); lighttpd `network-backend sendfile`,",
         "stat cache, keep-alive 100000 requests; h2o `num-threads: 1`; Apache event MPM in one process (`-X`),",
         "64 threads, `EnableSendfile On`, `MaxKeepAliveRequests 0`, no access log; ramjet `workers = 1`, access log off.",
+        "minhttpd (`bench/minhttpd.c`, when listed): the floor, one fixed 4 KB body per request, no parsing;",
+        "it runs the /4k.bin profiles only.",
         "The 2004 page profiles fetch a 21.5 KB page and its two 25 KB images in turn on each connection;",
         "pages/s = req/s / 3.", "",
     ]
@@ -676,6 +688,8 @@ def main():
             srv = Server(name, args.ramjet)
             try:
                 for profile in profiles:
+                    if name in FLOOR_ONLY and profile[1] != FLOOR_ONLY[name]:
+                        continue
                     # Alternate which client goes first, so neither always meets a warmer server.
                     for client in (clients if rnd % 2 == 0 else clients[::-1]):
                         r = run_load(client, srv, profile, args.duration, args.ramjet)
@@ -688,6 +702,8 @@ def main():
         results["median"][profile[0]] = {
             c: {n: median_run(runs) for n, runs in per.items() if runs}
             for c, per in results["runs"][profile[0]].items()}
+    servers_ = servers
+    servers = [n for n in servers if n not in FLOOR_ONLY]  # web servers only from here on
     if args.idle:
         for name in servers:
             srv = Server(name, args.ramjet)
@@ -725,7 +741,7 @@ def main():
                     srv.stop()
     if args.sweep:
         results["sweep"] = sweep(args.sweep_servers.split(","), args, out)
-    report(results, servers, clients, args, out)
+    report(results, servers_, clients, args, out)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,13 @@ files, one worker) and the load (`wrk -t1`) share CPU 1, so the proxy is measure
 CPU time: requests per proxy-CPU-second from /proc/PID/stat, plus req/s and p99. Every
 profile runs ROUNDS times, servers rotated per round; the report gives the median run.
 Every proxy adds the forwarding fields an operator configures (X-Forwarded-For/-Proto, the
-client's Host), so they do the same work. Usage (as root):
+client's Host), so they do the same work. The backend (--backend) is ramjet, `minhttpd`
+(bench/minhttpd.c: one fixed body per request, the floor of what a backend costs, so the
+proxy is the only HTTP server measured) or gunicorn's sync workers, which close the
+connection after every response (a new upstream connection per request). Usage (as root):
 
-    bench/proxy.py --out bench/results/$(date +%F)-proxy [--rounds 3] [--duration 8]
+    bench/proxy.py --out bench/results/$(date +%F)-proxy [--rounds 3] [--duration 8] \
+        [--backend ramjet|minhttpd|gunicorn] [--profiles "proxied 4KB c500,..."]
 """
 import argparse
 import json
@@ -66,6 +70,42 @@ def backend_cmd(ramjet_bin, conf):
         f'[timeouts]\nkeepalive = "300s"\n[[location]]\nroot = "{BACKEND_ROOT}"\n'
     )
     return [ramjet_bin, "serve", "--config", str(cfg)]
+
+
+def minhttpd_cmd(size):
+    """The minimal C server answering every request with `size` bytes (built once)."""
+    binary = WORK / "minhttpd"
+    src = Path(__file__).resolve().parent / "minhttpd.c"
+    if not binary.exists() or binary.stat().st_mtime < src.stat().st_mtime:
+        subprocess.run(["cc", "-O2", "-o", str(binary), str(src)], check=True)
+    return lambda _d: [str(binary), "-p", str(BACKEND_PORT), "-c", "1", "-s", str(size), "-a", "127.0.0.1"]
+
+
+GUNICORN_APP = """
+import os
+BODIES = {}
+def app(environ, start_response):
+    path = environ["PATH_INFO"]
+    if path not in BODIES:
+        with open(os.path.join(ROOT, path.lstrip("/")), "rb") as f:
+            BODIES[path] = f.read()
+    body = BODIES[path]
+    start_response("200 OK", [("Content-Type", "application/octet-stream"), ("Content-Length", str(len(body)))])
+    return [body]
+"""
+
+
+def gunicorn_cmd(conf):
+    """gunicorn, 4 sync workers: every response closes its connection."""
+    (conf / "app.py").write_text(f"ROOT = {str(BACKEND_ROOT)!r}\n" + GUNICORN_APP)
+    return ["gunicorn", "--chdir", str(conf), "-w", "4", "-k", "sync", "--backlog", "4096",
+            "-b", f"127.0.0.1:{BACKEND_PORT}", "--log-level", "warning", "app:app"]
+
+
+BACKEND_LABEL = {"ramjet": "ramjet, 1 worker", "minhttpd": "bench/minhttpd.c, a fixed body per request",
+                 "gunicorn": "gunicorn, 4 sync workers, a new connection per request"}
+
+BODY_SIZES = {"/b/100.bin": 100, "/b/4k.bin": 4096, "/b/64k.bin": 65536}
 
 
 def proxy_cmd(name, conf, ramjet_bin):
@@ -200,24 +240,49 @@ def main():
     ap.add_argument("--duration", type=int, default=8)
     ap.add_argument("--proxies", default="ramjet,nginx,haproxy")
     ap.add_argument("--ramjet", default=str(ROOT / "target/release/ramjet"))
+    ap.add_argument("--backend", default="ramjet", choices=["ramjet", "minhttpd", "gunicorn"])
+    ap.add_argument("--profiles", default="all", help="comma list of profile names, or all")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     make_files()
     names = args.proxies.split(",")
-    backend = Proc("backend", lambda d: backend_cmd(args.ramjet, d), BACKEND_PORT, 1)
-    results = {p[0]: {n: [] for n in names} for p in PROFILES}
+    profiles = [p for p in PROFILES if args.profiles == "all" or p[0] in args.profiles.split(",")]
+    if args.backend == "minhttpd":
+        # One fixed body per backend process: no mix, and a backend per body size.
+        profiles = [p for p in profiles if p[1] != "mix"]
+    backend = None
+    backend_size = None
+
+    def start_backend(profile):
+        nonlocal backend, backend_size
+        size = BODY_SIZES.get(profile[1]) if args.backend == "minhttpd" else None
+        if backend is not None and size == backend_size:
+            return
+        if backend is not None:
+            backend.stop()
+        if args.backend == "minhttpd":
+            cmd = minhttpd_cmd(size)
+        elif args.backend == "gunicorn":
+            cmd = gunicorn_cmd
+        else:
+            cmd = lambda d: backend_cmd(args.ramjet, d)  # noqa: E731
+        backend, backend_size = Proc("backend", cmd, BACKEND_PORT, 1), size
+
+    results = {p[0]: {n: [] for n in names} for p in profiles}
     try:
         for rnd in range(args.rounds):
             order = names[rnd % len(names):] + names[:rnd % len(names)]
             for name in order:
+                start_backend(profiles[0])
                 proxy = Proc(name, lambda d, n=name: proxy_cmd(n, d, args.ramjet), PORTS[name], 0)
                 try:
-                    if name != "haproxy":
+                    if name != "haproxy" and args.backend != "minhttpd":
                         check(PORTS[name])
-                    for profile in PROFILES:
+                    for profile in profiles:
                         if name == "haproxy" and profile[1] == "mix":
                             continue  # HAProxy serves no files.
+                        start_backend(profile)
                         r = run(proxy, profile, args.duration)
                         results[profile[0]][name].append(r)
                         print(f"round {rnd + 1} {name:8} {profile[0]:32} {r['rps']:>10,.0f} req/s "
@@ -225,14 +290,15 @@ def main():
                 finally:
                     proxy.stop()
     finally:
-        backend.stop()
+        if backend is not None:
+            backend.stop()
     report(results, names, args, out)
 
 
 def report(results, names, args, out):
     lines = ["# Reverse proxy comparison", "",
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; `bench/proxy.py --rounds {args.rounds} "
-             f"--duration {args.duration}`; proxy on CPU 0 (one worker/thread), backend (ramjet, 1 worker) and "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; `{' '.join(sys.argv)}`; proxy on CPU 0 "
+             f"(one worker/thread), backend ({BACKEND_LABEL[args.backend]}) and "
              "`wrk -t1` on CPU 1; median of the rounds by req/s; CPU from /proc/PID/stat of the proxy.", "",
              "| profile | proxy | req/s | p99 ms | proxy CPU µs/req | req per proxy-CPU-s | vs nginx (req/CPU-s) | non-2xx + errors |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
