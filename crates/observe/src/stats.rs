@@ -410,7 +410,8 @@ pub async fn blocking<T: Send + 'static>(
 /// Start `f` on the blocking pool, counted (jobs in flight and in total), and return a
 /// handle to await later: a caller can go on with other work while the job runs (the
 /// outbox sends one window of a cold file while the next is read). Counted in flight
-/// until the handle is awaited to the end or dropped (a dropped job runs on, uncounted).
+/// until the handle is dropped (awaiting it consumes it; a job whose handle is dropped
+/// first runs on, uncounted).
 pub fn spawn_blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Blocking<T> {
     let s = local();
     s.blocking_now.add(1);

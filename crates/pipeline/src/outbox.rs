@@ -431,21 +431,19 @@ async fn send_file<S: Sink>(
     // a second, 4 connections, discarding receiver; bench/results/2026-11-25-static-ab/):
     // the tail segments cost nothing next to what the cork held back.
     let mut sent = 0u64;
+    // The window being read ahead, which starts at `resident_to`: bytes below it were found
+    // in the page cache (or read in) a moment ago.
     let mut ahead: Option<Ahead> = None;
-    // Bytes below this were found in the page cache (or read in) a moment ago.
     let mut resident_to = offset;
     while sent < len {
         let pos = offset + sent;
         let n = (len - sent).min(SENDFILE_CHUNK);
-        // A cold file is read on the pool one window ahead of the send: the window the
-        // send has reached is awaited (at once when the disk kept up), and the next one is
-        // started before its bytes go out, so the disk and the socket work at the same time.
-        let reached = ahead.as_ref().is_some_and(|a| pos >= a.start);
-        if !reached && pos + n > resident_to {
-            // One probe for up to RESIDENT_SPAN ahead, not one per 256 KiB chunk: a hot
-            // 100 MB file went at 65.1 instead of 61.7 responses a second (4 connections,
-            // discarding receiver, median of 6 alternating runs; runs spread 55-75).
-            // Pages evicted between the probe and the send cost a short wait in sendfile.
+        // Past what was last found cached: while no window is being read ahead, probe up to
+        // RESIDENT_SPAN, not one probe per 256 KiB chunk (a hot 100 MB file went at 65.1
+        // instead of 61.7 responses a second: 4 connections, discarding receiver, median of
+        // 6 alternating runs; runs spread 55-75). Pages evicted between the probe and the
+        // send cost a short wait in sendfile.
+        if pos + n > resident_to && ahead.is_none() {
             let span = (len - sent).min(RESIDENT_SPAN);
             if sys::is_resident(file, pos, span) {
                 resident_to = pos + span;
@@ -453,10 +451,13 @@ async fn send_file<S: Sink>(
                 resident_to = pos + n;
             }
         }
-        if reached || pos + n > resident_to {
+        // A cold file is read on the pool one window ahead of the send: the window the
+        // send has reached is awaited (at once when the disk kept up), and the next one is
+        // started before its bytes go out, so the disk and the socket work at the same time.
+        if pos + n > resident_to {
             let (job, end) = match ahead.take() {
-                Some(a) if reached => (a.job, a.end),
-                _ => {
+                Some(a) => (a.job, a.end),
+                None => {
                     let w = (len - sent).min(WARM_WINDOW);
                     (warm(file, pos, w), pos + w)
                 }
@@ -471,7 +472,6 @@ async fn send_file<S: Sink>(
             if end < offset + len {
                 let w = (offset + len - end).min(WARM_WINDOW);
                 ahead = Some(Ahead {
-                    start: end,
                     end: end + w,
                     job: warm(file, end, w),
                 });
@@ -508,9 +508,9 @@ async fn send_file<S: Sink>(
     Ok(waited)
 }
 
-/// A window of a cold file being read on the blocking pool ahead of the send.
+/// A window of a cold file being read on the blocking pool ahead of the send, from where
+/// the send last found (or made) the file cached up to `end`.
 struct Ahead {
-    start: u64,
     end: u64,
     job: ramjet_observe::stats::Blocking<io::Result<()>>,
 }

@@ -159,6 +159,18 @@ impl Lot {
         Ok(())
     }
 
+    /// Whether the connection of `key` is still parked and still receiving its last
+    /// response (bytes unacknowledged in its socket).
+    fn still_sending(&self, key: u64) -> bool {
+        let (index, seq) = ((key >> 32) as u32, key as u32);
+        self.slots
+            .borrow()
+            .get(index as usize)
+            .filter(|s| s.seq == seq)
+            .and_then(|s| s.parked.as_ref())
+            .is_some_and(|p| crate::conn::still_sending(&p.stream))
+    }
+
     /// Take the connection of `key` out of the set, if it is still that one.
     fn take(&self, key: u64) -> Option<Parked> {
         let (index, seq) = ((key >> 32) as u32, key as u32);
@@ -255,14 +267,7 @@ async fn run<C: Content>(w: Rc<HttpWorker<C>>) {
             match front {
                 Some((deadline, index, seq)) if deadline <= now => {
                     lot.expiry.borrow_mut().pop_front();
-                    let sending = lot
-                        .slots
-                        .borrow()
-                        .get(index as usize)
-                        .filter(|s| s.seq == seq)
-                        .and_then(|s| s.parked.as_ref())
-                        .is_some_and(|p| crate::conn::still_sending(&p.stream));
-                    if sending {
+                    if lot.still_sending(key(index, seq)) {
                         // Still receiving its last response: its keep-alive time starts
                         // again (the queue stays in deadline order: every entry is now
                         // plus the same timeout).

@@ -53,6 +53,9 @@ fn value(samples: &[(String, Value, f64)], name: &str, labels: &[(&str, &str)]) 
         .sum()
 }
 
+/// A site with files under `/` and the status page at `/server-status`.
+const STATUS_SITE: &str =
+    "[[location]]\nroot = \"root\"\n[[location]]\npath = \"/server-status\"\nhandlers = [\"status\"]\n";
 #[test]
 fn metrics_are_counted_per_location_and_class_and_parse_as_prometheus() {
     let backend = Backend::start(|x| {
@@ -366,11 +369,7 @@ fn the_status_page_renders_in_chromium_and_matches_the_json() {
 fn running_downloads_count_as_they_go_at_their_recent_rate() {
     let dir = Server::dir();
     std::fs::write(dir.path().join("root/big.bin"), crate::bytes(24 << 20, 9)).unwrap();
-    let s = Server::start(
-        crate::BIN,
-        dir,
-        "[[location]]\nroot = \"root\"\n[[location]]\npath = \"/server-status\"\nhandlers = [\"status\"]\n",
-    );
+    let s = Server::start(crate::BIN, dir, STATUS_SITE);
     let url = s.url("/big.bin");
     // A client reading at 200 KiB/s (1600 kbit/s) with a small receive buffer, as
     // `ramjet bench --slow` holds mirror downloads: the 24 MiB would take two minutes; it is
@@ -427,10 +426,7 @@ fn running_downloads_count_as_they_go_at_their_recent_rate() {
 /// parses and says what the server did.
 #[test]
 fn the_auto_form_is_read_by_the_apache_exporter() {
-    let s = crate::server_with(
-        &[("a.txt", b"hello")],
-        "[[location]]\nroot = \"root\"\n[[location]]\npath = \"/server-status\"\nhandlers = [\"status\"]\n",
-    );
+    let s = crate::server_with(&[("a.txt", b"hello")], STATUS_SITE);
     for _ in 0..5 {
         s.get("/a.txt");
     }
@@ -486,10 +482,7 @@ fn the_auto_form_is_read_by_the_apache_exporter() {
 /// minutes itself as inline SVG: requests/s, bytes/s, connections.
 #[test]
 fn the_status_page_refreshes_and_draws_the_last_minutes() {
-    let s = crate::server_with(
-        &[("a.txt", b"hello")],
-        "[[location]]\nroot = \"root\"\n[[location]]\npath = \"/server-status\"\nhandlers = [\"status\"]\n",
-    );
+    let s = crate::server_with(&[("a.txt", b"hello")], STATUS_SITE);
     let html = crate::poll_until(|| {
         s.get("/a.txt");
         let (_, body) = crate::curl(&[&s.url("/server-status?refresh=5")]);
