@@ -28,6 +28,8 @@ pub struct Request<'a> {
     pub host: Option<&'a str>,
     pub server_addr: std::net::SocketAddr,
     pub remote_addr: std::net::SocketAddr,
+    /// The request came over TLS: `HTTPS=on`, `REQUEST_SCHEME=https`.
+    pub secure: bool,
     pub content_length: Option<u64>,
     /// `DOCUMENT_ROOT`; `PATH_TRANSLATED` is it joined with `PATH_INFO`.
     pub document_root: &'a str,
@@ -83,7 +85,10 @@ pub fn environment(r: &Request<'_>, extra: &[(String, String)]) -> Vec<(String, 
         ("SERVER_PORT".into(), server_port),
         ("REQUEST_METHOD".into(), r.method.into()),
         ("REQUEST_URI".into(), r.request_uri.into()),
-        ("REQUEST_SCHEME".into(), "http".into()),
+        (
+            "REQUEST_SCHEME".into(),
+            if r.secure { "https" } else { "http" }.into(),
+        ),
         ("SCRIPT_NAME".into(), r.script_name.into()),
         ("SCRIPT_FILENAME".into(), r.script_filename.into()),
         ("DOCUMENT_ROOT".into(), r.document_root.into()),
@@ -92,6 +97,9 @@ pub fn environment(r: &Request<'_>, extra: &[(String, String)]) -> Vec<(String, 
         ("REMOTE_PORT".into(), r.remote_addr.port().to_string()),
         ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
     ];
+    if r.secure {
+        env.push(("HTTPS".into(), "on".into()));
+    }
     if !r.path_info.is_empty() {
         env.push(("PATH_INFO".into(), r.path_info.into()));
         let root = r.document_root.trim_end_matches('/');
@@ -172,6 +180,7 @@ mod tests {
             host: Some("example.org"),
             server_addr: "127.0.0.1:8080".parse().unwrap(),
             remote_addr: "[::1]:5555".parse().unwrap(),
+            secure: false,
             content_length: Some(12),
             document_root: "/srv/www/",
             remote_user: None,
@@ -220,6 +229,7 @@ mod tests {
             host: None,
             server_addr: "127.0.0.1:8080".parse().unwrap(),
             remote_addr: "127.0.0.1:5555".parse().unwrap(),
+            secure: false,
             content_length: None,
             document_root: "/srv/cgi",
             remote_user: None,

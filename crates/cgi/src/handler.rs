@@ -166,6 +166,7 @@ async fn run(
             host,
             server_addr: req.listener,
             remote_addr: req.client,
+            secure: req.secure,
             content_length,
             document_root: &opts.document_root.display().to_string(),
             remote_user: remote_user.as_deref(),

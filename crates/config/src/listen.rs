@@ -29,6 +29,8 @@ pub struct ListenTable {
     /// without one they are closed.
     #[serde(default)]
     pub proxy_protocol: bool,
+    /// A TLS listener with this certificate (the default when no site's matches SNI).
+    pub tls: Option<crate::tls::RawTls>,
 }
 
 impl<'de> Deserialize<'de> for RawListen {
@@ -47,6 +49,13 @@ impl RawListen {
         match self {
             RawListen::Address(a) => a,
             RawListen::Table(t) => &t.address,
+        }
+    }
+
+    pub fn tls(&self) -> Option<&crate::tls::RawTls> {
+        match self {
+            RawListen::Table(t) => t.tls.as_ref(),
+            RawListen::Address(_) => None,
         }
     }
 

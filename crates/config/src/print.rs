@@ -59,6 +59,15 @@ fn key(k: &str) -> String {
     }
 }
 
+/// `{ certificate = "...", key = "..." }`.
+fn tls_table(f: &crate::TlsFiles) -> String {
+    format!(
+        "{{ certificate = {}, key = {} }}",
+        text(&f.certificate.display().to_string()),
+        text(&f.key.display().to_string())
+    )
+}
+
 impl Resolved {
     /// This configuration as a TOML file.
     pub fn to_toml(&self) -> String {
@@ -69,14 +78,19 @@ impl Resolved {
             .iter()
             .enumerate()
             .map(|(i, a)| {
-                if self.expects_proxy_header(i) {
-                    format!(
-                        "{{ address = {}, proxy_protocol = true }}",
-                        text(&a.to_string())
-                    )
-                } else {
-                    text(&a.to_string())
+                let tls = self.tls_files.get(i).and_then(Option::as_ref);
+                if !self.expects_proxy_header(i) && tls.is_none() {
+                    return text(&a.to_string());
                 }
+                let mut t = format!("{{ address = {}", text(&a.to_string()));
+                if self.expects_proxy_header(i) {
+                    t.push_str(", proxy_protocol = true");
+                }
+                if let Some(f) = tls {
+                    t.push_str(&format!(", tls = {}", tls_table(f)));
+                }
+                t.push_str(" }");
+                t
             })
             .collect();
         let _ = writeln!(o, "listen = [{}]", listen.join(", "));
@@ -194,6 +208,9 @@ impl Resolved {
             } else {
                 let names: Vec<&str> = v.names.iter().map(String::as_str).collect();
                 let _ = writeln!(o, "\n[[vhost]]\nnames = {}", list(names));
+                if let Some(f) = &v.tls {
+                    let _ = writeln!(o, "tls = {}", tls_table(f));
+                }
                 "vhost.location"
             };
             for loc in &v.locations {

@@ -50,6 +50,8 @@ pub struct RawVHost {
     /// Shorthand for a "/" location with this root.
     pub root: Option<Spanned<String>>,
     pub location: Option<Vec<RawLocation>>,
+    /// This site's certificate on TLS listeners, chosen by SNI.
+    pub tls: Option<Spanned<crate::tls::RawTls>>,
 }
 
 /// A location (or the `[defaults]` every location inherits from).

@@ -374,6 +374,18 @@ impl<'a> Resolver<'a> {
             error_pages: error_pages.as_ref(),
             auth: auth.as_ref(),
         };
+        let mut warnings = Vec::new();
+        let tls_files: Vec<Option<crate::TlsFiles>> = raw
+            .listen
+            .iter()
+            .flatten()
+            .map(|l| l.get_ref().tls().map(|t| self.tls_files(t)))
+            .collect();
+        let tls = self.tls(
+            raw.listen.as_deref(),
+            raw.vhost.as_deref().unwrap_or(&[]),
+            &mut warnings,
+        );
         let mut next_id = 0;
         let mut vhosts = Vec::new();
         if let Some(locs) = raw.location {
@@ -381,6 +393,7 @@ impl<'a> Resolver<'a> {
             vhosts.push(VHost {
                 names: vec!["*".into()],
                 locations,
+                tls: None,
             });
         }
         for (i, v) in raw.vhost.unwrap_or_default().into_iter().enumerate() {
@@ -402,6 +415,7 @@ impl<'a> Resolver<'a> {
             vhosts.push(VHost {
                 names: v.names.iter().map(|n| n.to_ascii_lowercase()).collect(),
                 locations,
+                tls: v.tls.as_ref().map(|t| self.tls_files(t.get_ref())),
             });
         }
         if vhosts.is_empty() && self.errors.borrow().is_empty() {
@@ -419,6 +433,24 @@ impl<'a> Resolver<'a> {
             let host = v.names.first().map_or("*", String::as_str);
             for l in &mut v.locations {
                 l.metrics = ramjet_observe::stats::location_slot(host, &l.prefix);
+            }
+        }
+        if tls.iter().any(Option::is_some) {
+            if let Some(l) = vhosts
+                .iter()
+                .flat_map(|v| &v.locations)
+                .find(|l| l.handlers.contains(&Handler::Handoff))
+            {
+                self.keep::<()>(Err(self.err(
+                    None,
+                    "listen",
+                    format!(
+                        "a TLS listener cannot hand its connections over (location `{}` has \
+                         handoff): a TLS session cannot move to another process; serve the \
+                         hand-off from a cleartext-only configuration, or proxy that location",
+                        l.prefix
+                    ),
+                )));
             }
         }
         let default_vhost = vhosts
@@ -447,6 +479,9 @@ impl<'a> Resolver<'a> {
             upstreams,
             error_pages,
             send_rate,
+            tls,
+            tls_files,
+            warnings,
         })
     }
 

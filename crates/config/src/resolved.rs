@@ -38,6 +38,13 @@ pub struct Resolved {
     pub error_pages: Option<std::sync::Arc<crate::ErrorPages>>,
     /// `limits.send_rate`: one bucket for every client connection.
     pub send_rate: Option<std::sync::Arc<ramjet_shaping::SharedBucket>>,
+    /// By `listen` entry: the TLS acceptor of a TLS listener (shorter than `listen`, or
+    /// empty: the rest are cleartext).
+    pub tls: Vec<Option<ramjet_tls::Acceptor>>,
+    /// By `listen` entry: the files of its certificate (as `tls`).
+    pub tls_files: Vec<Option<crate::TlsFiles>>,
+    /// What is allowed but probably wrong (a certificate that does not name its site).
+    pub warnings: Vec<String>,
 }
 
 /// Request limits.
@@ -94,6 +101,8 @@ pub struct VHost {
     /// Lower-case names; "*.x" matches subdomains of x, "*" matches any host.
     pub names: Vec<String>,
     pub locations: Vec<Location>,
+    /// This site's certificate on TLS listeners.
+    pub tls: Option<crate::TlsFiles>,
 }
 
 /// A location: a path prefix and what serves it.
@@ -144,6 +153,11 @@ impl Location {
 }
 
 impl Resolved {
+    /// The TLS acceptor of `listen` entry `index` (`None`: cleartext).
+    pub fn tls_of(&self, index: usize) -> Option<&ramjet_tls::Acceptor> {
+        self.tls.get(index).and_then(Option::as_ref)
+    }
+
     /// Whether connections on the sockets of `listen` entry `index` start with a PROXY
     /// protocol header.
     pub fn expects_proxy_header(&self, index: usize) -> bool {

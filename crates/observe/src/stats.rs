@@ -138,6 +138,10 @@ pub struct WorkerStats {
     pub handoff_connections: Count,
     pub handoff_messages: Count,
     pub handoff_refused: Count,
+    /// TLS handshakes begun (connections on TLS listeners that sent something) and
+    /// completed.
+    pub tls_handshakes: Count,
+    pub tls_handshakes_done: Count,
     upstreams: [UpstreamCounts; UPSTREAM_SLOTS],
     downloads: Mutex<Vec<(u64, Download)>>,
     next_download: Count,
@@ -160,6 +164,8 @@ impl WorkerStats {
             handoff_connections: Count::new(),
             handoff_messages: Count::new(),
             handoff_refused: Count::new(),
+            tls_handshakes: Count::new(),
+            tls_handshakes_done: Count::new(),
             upstreams: std::array::from_fn(|_| Default::default()),
             downloads: Mutex::new(Vec::new()),
             next_download: Count::new(),

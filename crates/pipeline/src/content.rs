@@ -29,6 +29,8 @@ pub struct Request<'r> {
     pub client: std::net::SocketAddr,
     /// The address the connection came in on (the listener's).
     pub listener: std::net::SocketAddr,
+    /// The request came over TLS (`https`).
+    pub secure: bool,
     /// The request body, for a producer that reads it; what it leaves unread the pipeline
     /// drains. A producer that takes no body answers methods that carry one itself (405).
     pub body: &'r RequestBody<'r>,

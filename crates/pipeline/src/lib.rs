@@ -20,6 +20,7 @@ mod request_body;
 mod response;
 pub mod stage;
 mod throttle;
+mod transport;
 mod tunnel;
 mod worker;
 

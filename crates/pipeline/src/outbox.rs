@@ -229,7 +229,11 @@ impl Outbox {
         self.body_written.clear();
         self.body_written.resize(self.responses as usize, 0);
         self.waited = false;
-        let result = self.write_all(sink, send_timeout, progress).await;
+        let mut result = self.write_all(sink, send_timeout, progress).await;
+        if result.is_ok() && sink.has_held() {
+            self.waited = true;
+            result = Box::pin(send_held(sink, send_timeout)).await;
+        }
         self.mem.clear();
         self.segs.clear();
         self.files = 0;
@@ -386,6 +390,16 @@ pub(crate) trait Sink {
     fn try_sendfile(&self, file: &File, offset: u64, len: usize) -> io::Result<usize>;
     /// Wait until the sink can take more, at most `timeout`.
     fn writable(&self, timeout: Duration) -> impl Future<Output = Result<(), WriteError>>;
+    /// Whether bytes already taken are still held on this side (TLS records the socket
+    /// did not take yet): a flush is over only when none are.
+    #[inline]
+    fn has_held(&self) -> bool {
+        false
+    }
+    /// Send held bytes: `WouldBlock` while the socket cannot take them all.
+    fn try_send_held(&self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 impl Sink for TcpStream {
@@ -506,6 +520,17 @@ async fn send_file<S: Sink>(
         }
     }
     Ok(waited)
+}
+
+/// Wait until the sink has sent every byte it holds.
+async fn send_held<S: Sink>(sink: &S, send_timeout: Duration) -> Result<(), WriteError> {
+    loop {
+        match sink.try_send_held() {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => sink.writable(send_timeout).await?,
+            Err(e) => return Err(WriteError::Io(e)),
+        }
+    }
 }
 
 /// A window of a cold file being read on the blocking pool ahead of the send, from where

@@ -6,9 +6,9 @@
 use std::cell::Cell;
 use std::time::Duration;
 
+use crate::transport::Transport;
 use bytes::Bytes;
 use ramjet_http1::{BodyDecoder, ErrorKind};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 /// Bytes asked of the socket per read while a body is being read.
@@ -47,7 +47,7 @@ impl BodyError {
 /// A request's body, read on demand. Requests without a body hold no state. (The
 /// borrowed parts stay outside the `Cell`, so the type is covariant in `'r`.)
 pub struct RequestBody<'r> {
-    stream: &'r TcpStream,
+    stream: &'r Transport,
     /// Bytes after the head that were read with it.
     buffered: &'r [u8],
     has_body: bool,
@@ -104,7 +104,7 @@ impl<'r> RequestBody<'r> {
     /// still queued, so it cannot overtake one).
     #[inline]
     pub(crate) fn new(
-        stream: &'r TcpStream,
+        stream: &'r Transport,
         buffered: &'r [u8],
         decoder: BodyDecoder,
         expect: bool,
@@ -166,7 +166,7 @@ impl<'r> RequestBody<'r> {
 impl State {
     async fn next(
         &mut self,
-        stream: &TcpStream,
+        stream: &Transport,
         buffered: &[u8],
     ) -> Result<Option<Bytes>, BodyError> {
         loop {
@@ -195,7 +195,7 @@ impl State {
     }
 
     /// Everything decoded so far is used: read more from the socket.
-    async fn read_more(&mut self, stream: &TcpStream) -> Result<(), BodyError> {
+    async fn read_more(&mut self, stream: &Transport) -> Result<(), BodyError> {
         let deadline = Instant::now() + self.idle;
         if self.continue_pending {
             self.continue_pending = false;

@@ -85,10 +85,14 @@ pub(crate) fn respond<'r, C: Content>(
     config: &'r Resolved,
     head: &'r RequestHead<'r>,
     now: tokio::time::Instant,
-    (client, listener): (SocketAddr, SocketAddr),
+    (client, listener, secure): (SocketAddr, SocketAddr, bool),
     body: RequestBody<'r>,
 ) -> Result<Answer<'r>, Pending<'r>> {
-    let addrs = Addrs { client, listener };
+    let addrs = Addrs {
+        client,
+        listener,
+        secure,
+    };
     let server_pages = config.error_pages.as_deref();
     // route
     let clean: CleanPath<'r> = match path::normalize(head.path) {
@@ -249,6 +253,7 @@ fn request<'a>(
         now,
         client: addrs.client,
         listener: addrs.listener,
+        secure: addrs.secure,
         body,
     }
 }
@@ -258,6 +263,8 @@ fn request<'a>(
 struct Addrs {
     client: SocketAddr,
     listener: SocketAddr,
+    /// The connection is TLS.
+    secure: bool,
 }
 
 fn finish(outcome: Outcome, head: &RequestHead<'_>) -> Response {

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use ramjet_config::{Location, Resolved};
 use ramjet_shaping::{SharedBucket, TokenBucket};
-use tokio::net::TcpStream;
 
 use crate::outbox::{Sink, WriteError};
 
@@ -144,7 +143,7 @@ impl Throttle {
 
 /// The socket behind a connection's send rates.
 pub(crate) struct Throttled<'a> {
-    pub(crate) stream: &'a TcpStream,
+    pub(crate) stream: &'a crate::transport::Transport,
     pub(crate) throttle: &'a RefCell<Throttle>,
 }
 

@@ -8,8 +8,8 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use crate::transport::Transport;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use crate::response::Tunnel;
@@ -24,7 +24,7 @@ pub(crate) enum Ended {
 }
 
 /// Copy until the end; `early` is what the client sent after its request, passed on first.
-pub(crate) async fn run(client: &mut TcpStream, early: &[u8], mut other: Box<dyn Tunnel>) -> Ended {
+pub(crate) async fn run(client: &mut Transport, early: &[u8], mut other: Box<dyn Tunnel>) -> Ended {
     if !early.is_empty() {
         if let Err(e) = other.write_all(early).await {
             return Ended::Closed(Some(e));

@@ -182,7 +182,7 @@ pub(crate) async fn forward(
                 ramjet_config::UpstreamAddr::Tcp(_) => labels[server].as_str(),
                 ramjet_config::UpstreamAddr::Unix(_) => "localhost",
             };
-            let fwd = forward::head(head, req.head, &target, opts, req.client, host);
+            let fwd = forward::head(head, req.head, &target, opts, req.client, req.secure, host);
             send(&io, head, fwd.chunked, req, &mut replay, u, reused).await?;
             // The response head is due within header_timeout of the request being sent
             // (of the attempt's start when there was no body to send: one clock read less).

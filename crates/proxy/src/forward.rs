@@ -53,6 +53,7 @@ pub(crate) fn head(
     target: &[u8],
     opts: &ProxyOptions,
     client: SocketAddr,
+    secure: bool,
     upstream_host: &str,
 ) -> Forwarded {
     // Fields named by Connection are hop-by-hop too (RFC 9110 §7.6.1).
@@ -113,7 +114,11 @@ pub(crate) fn head(
     let mut ip_buf = [0u8; 48];
     let ip_text = ip_text(ip, &mut ip_buf);
     write_list(out, b"X-Forwarded-For", &xff, ip_text);
-    out.extend_from_slice(b"X-Forwarded-Proto: http\r\n");
+    out.extend_from_slice(if secure {
+        b"X-Forwarded-Proto: https\r\n"
+    } else {
+        b"X-Forwarded-Proto: http\r\n"
+    });
     if let Some(h) = head.host {
         out.extend_from_slice(b"X-Forwarded-Host: ");
         out.extend_from_slice(h);
@@ -144,7 +149,11 @@ pub(crate) fn head(
         out.extend_from_slice(h);
         out.push(b'"');
     }
-    out.extend_from_slice(b";proto=http\r\n");
+    out.extend_from_slice(if secure {
+        b";proto=https\r\n"
+    } else {
+        b";proto=http\r\n"
+    });
     let me: &[u8] = match head.version {
         Version::Http10 => b"1.0 ramjet",
         Version::Http11 => b"1.1 ramjet",
@@ -245,6 +254,10 @@ mod tests {
     use ramjet_http1::{parse_request_head, Limits, Parse};
 
     fn forward(req: &[u8], opts: &ProxyOptions) -> (String, Forwarded) {
+        forward_over(req, opts, false)
+    }
+
+    fn forward_over(req: &[u8], opts: &ProxyOptions, secure: bool) -> (String, Forwarded) {
         let Parse::Complete(h) = parse_request_head(req, &Limits::default()) else {
             panic!("bad test request")
         };
@@ -255,9 +268,21 @@ mod tests {
             h.path.as_bytes(),
             opts,
             "192.0.2.7:5555".parse().unwrap(),
+            secure,
             "127.0.0.1:8000",
         );
         (String::from_utf8(out).unwrap(), f)
+    }
+
+    #[test]
+    fn a_request_over_tls_is_forwarded_as_https() {
+        let req = b"GET /a HTTP/1.1\r\nHost: site\r\nX-Forwarded-Proto: http\r\n\r\n";
+        let (h, _) = forward_over(req, &opts(), true);
+        assert!(h.contains("X-Forwarded-Proto: https\r\n"), "{h}");
+        assert!(!h.contains("X-Forwarded-Proto: http\r\n"), "{h}");
+        assert!(h.contains(";proto=https\r\n"), "{h}");
+        let (h, _) = forward(req, &opts());
+        assert!(h.contains("X-Forwarded-Proto: http\r\n"), "{h}");
     }
 
     fn opts() -> ProxyOptions {

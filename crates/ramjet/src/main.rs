@@ -115,6 +115,9 @@ fn main() -> ExitCode {
 
 fn check_config(file: &std::path::Path) -> anyhow::Result<()> {
     let resolved = ramjet_config::load_file(file)?;
+    for w in &resolved.warnings {
+        eprintln!("{}: warning: {w}", file.display());
+    }
     // The resolved configuration on stdout (a valid file that loads back to the same
     // configuration), the verdict on stderr.
     print!("{}", resolved.to_toml());
@@ -146,6 +149,9 @@ fn load(args: &ServeArgs) -> anyhow::Result<Resolved> {
     }
     if let Some(n) = args.workers {
         resolved.workers = n;
+    }
+    for w in &resolved.warnings {
+        tracing::warn!("{w}");
     }
     Ok(resolved)
 }
@@ -230,6 +236,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let pin = resolved.pin_workers;
     let mut grace = resolved.timeouts.shutdown;
     let addrs = listeners.addrs.clone();
+    let schemes: Vec<&str> = listeners
+        .entries
+        .iter()
+        .map(|e| match e.and_then(|e| resolved.tls_of(e)) {
+            Some(_) => "https",
+            None => "http",
+        })
+        .collect();
     let bound: Arc<[BoundListener]> = addrs
         .iter()
         .zip(&listeners.entries)
@@ -250,10 +264,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         upgrade::take_over(inherited, server.injector(), addrs.clone());
     }
     let plural = if workers == 1 { "" } else { "s" };
-    for addr in &addrs {
-        tracing::info!("listening on http://{addr} ({workers} worker{plural})");
+    for (addr, scheme) in addrs.iter().zip(&schemes) {
+        tracing::info!("listening on {scheme}://{addr} ({workers} worker{plural})");
     }
-    for url in urls_to_open(&addrs) {
+    for url in urls_to_open(&addrs, &schemes) {
         tracing::info!("open {url}");
     }
     // The `--processes` children leave it to their parent, which receives the signals.
@@ -416,13 +430,16 @@ fn content() -> fault::Faults<Handlers> {
 
 /// What to type into a browser: a wildcard address is reached as `localhost`, and each
 /// port is named once.
-fn urls_to_open(addrs: &[SocketAddr]) -> Vec<String> {
+fn urls_to_open(addrs: &[SocketAddr], schemes: &[&str]) -> Vec<String> {
     let mut urls: Vec<String> = Vec::new();
-    for a in addrs {
+    for (a, s) in addrs
+        .iter()
+        .zip(schemes.iter().chain(std::iter::repeat(&"http")))
+    {
         let url = match a {
-            a if a.ip().is_unspecified() => format!("http://localhost:{}/", a.port()),
-            SocketAddr::V6(v6) => format!("http://[{}]:{}/", v6.ip(), v6.port()),
-            SocketAddr::V4(v4) => format!("http://{v4}/"),
+            a if a.ip().is_unspecified() => format!("{s}://localhost:{}/", a.port()),
+            SocketAddr::V6(v6) => format!("{s}://[{}]:{}/", v6.ip(), v6.port()),
+            SocketAddr::V4(v4) => format!("{s}://{v4}/"),
         };
         if !urls.contains(&url) {
             urls.push(url);
@@ -440,6 +457,8 @@ fn reload(args: &ServeArgs, current: &Generation) -> anyhow::Result<Arc<Generati
         );
         next.listen = current.config.listen.clone();
         next.proxy_protocol = current.config.proxy_protocol.clone();
+        next.tls = current.config.tls.clone();
+        next.tls_files = current.config.tls_files.clone();
         next.workers = current.config.workers;
     }
     let access_log = if next.access_log == current.config.access_log {

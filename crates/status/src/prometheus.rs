@@ -179,6 +179,16 @@ pub(crate) fn render(s: &Snapshot) -> String {
             "Connections answered 503 because their backend could not take them.",
             s.handoff.refused,
         ),
+        (
+            "ramjet_tls_handshakes_total",
+            "TLS handshakes begun.",
+            s.tls_handshakes.0,
+        ),
+        (
+            "ramjet_tls_handshakes_completed_total",
+            "TLS handshakes completed.",
+            s.tls_handshakes.1,
+        ),
     ] {
         family(&mut o, name, "counter", help);
         let _ = writeln!(o, "{name} {v}");

@@ -25,6 +25,8 @@ const BUSY_PERCENT: u64 = 20;
 pub struct Server {
     child: Option<Child>,
     pub addr: SocketAddr,
+    /// The first TLS listener's address, if the configuration has one.
+    pub tls_addr: Option<SocketAddr>,
     /// Temporary directory: `root/` is the document root; the config file lives beside it.
     pub dir: tempfile::TempDir,
     pub config_path: PathBuf,
@@ -65,24 +67,43 @@ impl Server {
         let lines = stderr.clone();
         let pipe = child.stderr.take().expect("stderr");
         std::thread::spawn(move || {
+            // Every "listening on" line, then the first "open URL" line, which follows them.
             for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("listening on http://").nth(1) {
-                    let addr = rest.split(' ').next().unwrap_or("").to_string();
-                    let _ = tx.send(addr);
+                if let Some(rest) = line.split("listening on ").nth(1) {
+                    let url = rest.split(' ').next().unwrap_or("").to_string();
+                    let _ = tx.send(Some(url));
+                } else if line.contains(" open http") {
+                    let _ = tx.send(None);
                 }
                 lines.lock().unwrap().push(line);
             }
         });
-        let addr = match rx.recv_timeout(START_TIMEOUT) {
-            Ok(a) => a.parse().expect("listening address"),
-            Err(_) => {
-                let _ = child.kill();
-                panic!("server did not start: {:?}", stderr.lock().unwrap());
+        let deadline = Instant::now() + START_TIMEOUT;
+        let (mut addr, mut tls_addr) = (None, None);
+        loop {
+            let wait = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(Some(url)) => {
+                    let (scheme, a) = url.split_once("://").expect("listening URL");
+                    let a: SocketAddr = a.parse().expect("listening address");
+                    if scheme == "https" {
+                        tls_addr.get_or_insert(a);
+                    } else {
+                        addr.get_or_insert(a);
+                    }
+                }
+                Ok(None) if addr.is_some() || tls_addr.is_some() => break,
+                Ok(None) => {}
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!("server did not start: {:?}", stderr.lock().unwrap());
+                }
             }
-        };
+        }
         Server {
             child: Some(child),
-            addr,
+            addr: addr.or(tls_addr).expect("a listener"),
+            tls_addr,
             dir,
             config_path,
             stderr,

@@ -28,6 +28,7 @@ mod shaping;
 mod specweb;
 mod specweb99_module;
 mod stream;
+mod tls;
 mod upgrade;
 
 use ramjet_testkit::Server;

@@ -65,3 +65,8 @@ pub fn unsent_bytes(fd: std::os::fd::RawFd) -> io::Result<u64> {
         Err(io::Error::last_os_error())
     }
 }
+
+/// `shutdown(SHUT_WR)`: send the FIN now, keep reading.
+pub fn shutdown_write(socket: &impl std::os::fd::AsFd) -> io::Result<()> {
+    rustix::net::shutdown(socket, rustix::net::Shutdown::Write).map_err(io::Error::from)
+}

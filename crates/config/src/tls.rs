@@ -1,0 +1,117 @@
+//! `tls = { certificate, key }` on a `listen` entry (the listener's certificate) and on a
+//! `[[vhost]]` (chosen by SNI for its names on every TLS listener): the files are read and
+//! checked at load, so a bad certificate is an error of the configuration that names it
+//! (and a reload keeps the old one serving).
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::raw::{RawListen, RawVHost};
+use crate::resolve::Resolver;
+
+/// A certificate chain and its key, as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTls {
+    /// PEM: the certificate first, then its intermediates.
+    pub certificate: String,
+    /// PEM: PKCS#8, PKCS#1 (RSA) or SEC1 (EC).
+    pub key: String,
+}
+
+/// Where a certificate and its key were read from (absolute, or as written relative to
+/// the configuration file's directory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub certificate: PathBuf,
+    pub key: PathBuf,
+}
+
+/// What ALPN offers: HTTP/1.1.
+const ALPN: &[&[u8]] = &[b"http/1.1"];
+
+impl Resolver<'_> {
+    /// One acceptor per `listen` entry that has `tls` (by entry index), with every vhost's
+    /// certificate for its names; warnings for names a certificate does not cover.
+    pub(crate) fn tls(
+        &self,
+        listen: Option<&[Spanned<RawListen>]>,
+        vhosts: &[RawVHost],
+        warnings: &mut Vec<String>,
+    ) -> Vec<Option<ramjet_tls::Acceptor>> {
+        let Some(listen) = listen else {
+            return Vec::new();
+        };
+        if !listen.iter().any(|l| l.get_ref().tls().is_some()) {
+            return Vec::new();
+        }
+        let provider = ramjet_tls::server::provider();
+        let load = |t: &RawTls, span: std::ops::Range<usize>, key: &str| {
+            let c = self.path_of(&t.certificate);
+            let k = self.path_of(&t.key);
+            self.keep(
+                ramjet_tls::load(&c, &k, &provider)
+                    .map_err(|m| self.err(Some(span), &format!("{key}.tls"), m)),
+            )
+        };
+        let mut sites = Vec::new();
+        for (i, v) in vhosts.iter().enumerate() {
+            let Some(t) = &v.tls else { continue };
+            let Some(cert) = load(t.get_ref(), t.span(), &format!("vhost[{i}]")) else {
+                continue;
+            };
+            for n in &v.names {
+                if n != "*" && !cert.covers(n) {
+                    warnings.push(format!(
+                        "vhost[{i}]: the certificate {} does not name `{n}` (it names {}): clients will refuse it for that name",
+                        t.get_ref().certificate,
+                        if cert.names.is_empty() { "no DNS name".to_string() } else { cert.names.join(", ") }
+                    ));
+                }
+            }
+            sites.push((v.names.clone(), cert));
+        }
+        let mut out = Vec::new();
+        for (i, l) in listen.iter().enumerate() {
+            let Some(t) = l.get_ref().tls() else {
+                out.push(None);
+                continue;
+            };
+            let default = load(t, l.span(), &format!("listen[{i}]")).map(|c| c.key);
+            let mut s = ramjet_tls::Sites::new(default);
+            for (names, cert) in &sites {
+                for n in names {
+                    s.add(n, cert.key.clone());
+                }
+            }
+            out.push(
+                ramjet_tls::Acceptor::new(s, ALPN)
+                    .map_err(|e| {
+                        self.err(Some(l.span()), &format!("listen[{i}].tls"), e.to_string())
+                    })
+                    .ok(),
+            );
+        }
+        out
+    }
+
+    /// The files of a `tls` table, paths resolved.
+    pub(crate) fn tls_files(&self, t: &RawTls) -> TlsFiles {
+        TlsFiles {
+            certificate: self.path_of(&t.certificate),
+            key: self.path_of(&t.key),
+        }
+    }
+
+    /// A path as written, relative to the configuration file's directory.
+    fn path_of(&self, p: &str) -> PathBuf {
+        let p = Path::new(p);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            self.base.join(p)
+        }
+    }
+}

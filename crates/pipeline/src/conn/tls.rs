@@ -1,0 +1,83 @@
+//! A connection on a TLS listener: its first bytes are looked at (a plaintext HTTP request
+//! gets a plain 400 that says so, as nginx does), then the handshake runs within
+//! `timeouts.header`, like a request head: a client that opens it and stalls is closed as
+//! a slowloris would be.
+
+use super::*;
+use crate::transport::tls::TlsStream;
+use ramjet_tls::First;
+
+/// What a plaintext request to a TLS port is told.
+const PLAIN_TO_TLS: &[u8] = b"The plain HTTP request was sent to HTTPS port\n";
+
+impl Conn {
+    /// Start TLS on this plain connection (after any PROXY protocol header): the bytes
+    /// already read go to rustls first. `None`: the connection ended (a plaintext request
+    /// answered 400, a refused or stalled handshake, a client that left).
+    pub(super) async fn into_tls<C: Content>(
+        mut self,
+        w: &HttpWorker<C>,
+        acceptor: ramjet_tls::Acceptor,
+    ) -> Option<Conn> {
+        let deadline = self.read_at + self.generation.config.timeouts.header;
+        w.stats.tls_handshakes.add(1);
+        loop {
+            match ramjet_tls::sniff(&self.buf[self.start..]) {
+                First::NeedMore => {
+                    if !matches!(self.read_more(w, deadline, false).await, ReadOutcome::Data) {
+                        self.release(w);
+                        return None;
+                    }
+                }
+                First::PlainHttp => {
+                    tracing::debug!("{}: plain HTTP on a TLS port; answered 400", self.peer);
+                    let r =
+                        Response::new(400, Body::Bytes(bytes::Bytes::from_static(PLAIN_TO_TLS)))
+                            .header("Content-Type", b"text/plain; charset=utf-8");
+                    self.answer_and_close(w, r).await;
+                    return None;
+                }
+                First::Tls | First::Other => break,
+            }
+        }
+        let session = match acceptor.accept() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("{}: TLS session: {e}", self.peer);
+                self.release(w);
+                return None;
+            }
+        };
+        let Transport::Plain(tcp) = self.stream else {
+            return None;
+        };
+        let early = std::mem::take(&mut self.buf);
+        let stream = TlsStream::new(tcp, session);
+        let fed = stream.feed(&early[self.start..]);
+        w.give_buffer(early);
+        let conn = Conn {
+            stream: Transport::Tls(Box::new(stream)),
+            start: 0,
+            ..self
+        };
+        let done = match fed {
+            Ok(()) => match conn.stream {
+                Transport::Tls(ref t) => t.handshake(deadline).await,
+                Transport::Plain(_) => Ok(()),
+            },
+            Err(e) => Err(e),
+        };
+        match done {
+            Ok(()) => {
+                w.stats.tls_handshakes_done.add(1);
+                Some(conn)
+            }
+            Err(e) => {
+                tracing::debug!("{}: TLS handshake: {e}", conn.peer);
+                let mut conn = conn;
+                conn.release(w);
+                None
+            }
+        }
+    }
+}

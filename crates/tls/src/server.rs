@@ -1,0 +1,152 @@
+//! The server side of a TLS listener: one rustls configuration per listener, whose
+//! certificate is chosen by the name the client asks for (SNI) among the sites' own, else
+//! the listener's. Mozilla's "intermediate" profile: TLS 1.2 and 1.3, AEAD suites with
+//! forward secrecy only, X25519/P-256/P-384. Session tickets are encrypted with keys that
+//! every worker of the process shares and that rotate (every 6 hours, the previous key
+//! still accepted), kept across reloads so a HUP does not end resumption.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+use rustls::crypto::CryptoProvider;
+use rustls::server::{ClientHello, ProducesTickets, ResolvesServerCert, StoresServerSessions};
+use rustls::sign::CertifiedKey;
+use rustls::{ServerConfig, ServerConnection};
+
+/// Sessions remembered for TLS 1.2 clients resuming by session id (tickets need none).
+const SESSION_CACHE: usize = 20_000;
+
+/// The crypto provider of every listener: aws-lc-rs, restricted to Mozilla intermediate's
+/// key exchange groups.
+pub fn provider() -> Arc<CryptoProvider> {
+    static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
+    PROVIDER
+        .get_or_init(|| {
+            use rustls::crypto::aws_lc_rs::{default_provider, kx_group};
+            let mut p = default_provider();
+            p.kx_groups = vec![kx_group::X25519, kx_group::SECP256R1, kx_group::SECP384R1];
+            Arc::new(p)
+        })
+        .clone()
+}
+
+/// Ticket keys and the session-id cache, one of each per process.
+fn shared() -> &'static (Arc<dyn ProducesTickets>, Arc<dyn StoresServerSessions>) {
+    static SHARED: OnceLock<(Arc<dyn ProducesTickets>, Arc<dyn StoresServerSessions>)> =
+        OnceLock::new();
+    SHARED.get_or_init(|| {
+        let tickets = rustls::crypto::aws_lc_rs::Ticketer::new()
+            .unwrap_or_else(|_| Arc::new(NoTickets) as Arc<dyn ProducesTickets>);
+        let cache = rustls::server::ServerSessionMemoryCache::new(SESSION_CACHE);
+        (tickets, cache)
+    })
+}
+
+/// Where tickets cannot be made (the system's random source failed at start): resumption
+/// by session id only.
+#[derive(Debug)]
+struct NoTickets;
+
+impl ProducesTickets for NoTickets {
+    fn enabled(&self) -> bool {
+        false
+    }
+    fn lifetime(&self) -> u32 {
+        0
+    }
+    fn encrypt(&self, _: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+    fn decrypt(&self, _: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+}
+
+/// The certificates of a listener: by host name, by `*.parent`, and the default.
+#[derive(Debug, Default)]
+pub struct Sites {
+    exact: HashMap<String, Arc<CertifiedKey>>,
+    /// Keyed by the parent name (`example.com` for `*.example.com`).
+    wildcard: HashMap<String, Arc<CertifiedKey>>,
+    default: Option<Arc<CertifiedKey>>,
+}
+
+impl Sites {
+    pub fn new(default: Option<Arc<CertifiedKey>>) -> Sites {
+        Sites {
+            default,
+            ..Sites::default()
+        }
+    }
+
+    /// Serve `key` for `name` (`*.x` for any one label under x; `*`: the default when the
+    /// listener has none). The first site to claim a name keeps it.
+    pub fn add(&mut self, name: &str, key: Arc<CertifiedKey>) {
+        let name = name.to_ascii_lowercase();
+        if name == "*" {
+            self.default.get_or_insert(key);
+        } else if let Some(parent) = name.strip_prefix("*.") {
+            self.wildcard.entry(parent.to_string()).or_insert(key);
+        } else {
+            self.exact.entry(name).or_insert(key);
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.default.is_none() && self.exact.is_empty() && self.wildcard.is_empty()
+    }
+
+    /// The certificate for a client that asked for `name` (`None`: no SNI).
+    pub fn choose(&self, name: Option<&str>) -> Option<Arc<CertifiedKey>> {
+        if let Some(name) = name {
+            let name = name.to_ascii_lowercase();
+            if let Some(k) = self.exact.get(&name) {
+                return Some(k.clone());
+            }
+            if let Some((_, parent)) = name.split_once('.') {
+                if let Some(k) = self.wildcard.get(parent) {
+                    return Some(k.clone());
+                }
+            }
+        }
+        self.default.clone()
+    }
+}
+
+impl ResolvesServerCert for Sites {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.choose(hello.server_name())
+    }
+}
+
+/// A TLS listener's configuration: makes one server session per connection.
+#[derive(Debug, Clone)]
+pub struct Acceptor {
+    config: Arc<ServerConfig>,
+}
+
+impl Acceptor {
+    /// `alpn`: the protocols offered, preferred first (`http/1.1`).
+    pub fn new(sites: Sites, alpn: &[&[u8]]) -> Result<Acceptor, rustls::Error> {
+        let mut config = ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(sites));
+        let (tickets, cache) = shared();
+        config.ticketer = tickets.clone();
+        config.session_storage = cache.clone();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Ok(Acceptor {
+            config: Arc::new(config),
+        })
+    }
+
+    /// A server session for a new connection.
+    pub fn accept(&self) -> Result<ServerConnection, rustls::Error> {
+        ServerConnection::new(self.config.clone())
+    }
+
+    pub fn config(&self) -> &Arc<ServerConfig> {
+        &self.config
+    }
+}
