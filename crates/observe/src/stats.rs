@@ -142,6 +142,8 @@ pub struct WorkerStats {
     /// completed.
     pub tls_handshakes: Count,
     pub tls_handshakes_done: Count,
+    /// Completed handshakes that resumed a session (a ticket or a session id).
+    pub tls_handshakes_resumed: Count,
     upstreams: [UpstreamCounts; UPSTREAM_SLOTS],
     downloads: Mutex<Vec<(u64, Download)>>,
     next_download: Count,
@@ -166,6 +168,7 @@ impl WorkerStats {
             handoff_refused: Count::new(),
             tls_handshakes: Count::new(),
             tls_handshakes_done: Count::new(),
+            tls_handshakes_resumed: Count::new(),
             upstreams: std::array::from_fn(|_| Default::default()),
             downloads: Mutex::new(Vec::new()),
             next_download: Count::new(),

@@ -55,6 +55,11 @@ pub struct HttpWorker<C: Content> {
     /// its connection takes them (`conn::run`).
     handed_prefixes: RefCell<Vec<(std::os::fd::RawFd, Vec<u8>)>>,
     pub(crate) shutdown: Notify,
+    /// TLS handshakes in progress on this worker, at most `HANDSHAKES_IN_FLIGHT`: past it
+    /// a new connection waits (its ClientHello stays in the socket) instead of adding its
+    /// key exchange and signature to the event loop's turn, so a flood of new TLS
+    /// connections cannot starve the established ones.
+    pub(crate) handshakes: tokio::sync::Semaphore,
     buffers: RefCell<Vec<Vec<u8>>>,
     batches: RefCell<Vec<(Outbox, Vec<Pending>)>>,
     /// This worker's counters (`/metrics`, the status page).
@@ -89,6 +94,7 @@ impl<C: Content> HttpWorker<C> {
             hand_to: RefCell::new(None),
             handed_prefixes: RefCell::new(Vec::new()),
             shutdown: Notify::new(),
+            handshakes: tokio::sync::Semaphore::new(HANDSHAKES_IN_FLIGHT),
             buffers: RefCell::new(Vec::new()),
             batches: RefCell::new(Vec::new()),
             handoffs: crate::handoff::Handoffs::new(index),
@@ -303,6 +309,9 @@ impl<C: Content> HttpWorker<C> {
         }
     }
 }
+
+/// Most TLS handshakes one worker runs at once.
+pub(crate) const HANDSHAKES_IN_FLIGHT: usize = 32;
 
 /// Batch storage larger than this (after a big pipelined burst) is freed, not pooled.
 const MAX_POOLED_BATCH: usize = 16 * 1024;

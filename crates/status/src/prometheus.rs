@@ -189,6 +189,11 @@ pub(crate) fn render(s: &Snapshot) -> String {
             "TLS handshakes completed.",
             s.tls_handshakes.1,
         ),
+        (
+            "ramjet_tls_handshakes_resumed_total",
+            "TLS handshakes completed by resuming a session.",
+            s.tls_handshakes.2,
+        ),
     ] {
         family(&mut o, name, "counter", help);
         let _ = writeln!(o, "{name} {v}");

@@ -95,8 +95,8 @@ pub struct Snapshot {
     /// Connections handed to backend processes, in how many messages, and how many were
     /// answered 503 instead.
     pub handoff: Handoffs,
-    /// TLS handshakes begun and completed.
-    pub tls_handshakes: (u64, u64),
+    /// TLS handshakes begun, completed, and completed by resuming a session.
+    pub tls_handshakes: (u64, u64, u64),
     pub locations: Vec<LocationCounts>,
     pub workers: Vec<WorkerCounts>,
     pub upstreams: Vec<UpstreamServerCounts>,
@@ -163,7 +163,7 @@ impl Snapshot {
         let (mut cache_hits, mut cache_misses, mut blocking_now, mut blocking_total) = (0, 0, 0, 0);
         let mut body_bytes = 0;
         let mut handoff = Handoffs::default();
-        let mut tls_handshakes = (0, 0);
+        let mut tls_handshakes = (0, 0, 0);
         let mut per_worker = Vec::new();
         let mut downloads = Vec::new();
         for w in &workers {
@@ -197,6 +197,7 @@ impl Snapshot {
             handoff.refused += w.handoff_refused.get();
             tls_handshakes.0 += w.tls_handshakes.get();
             tls_handshakes.1 += w.tls_handshakes_done.get();
+            tls_handshakes.2 += w.tls_handshakes_resumed.get();
             per_worker.push(WorkerCounts {
                 worker: w.worker,
                 requests: w.requests_total(),

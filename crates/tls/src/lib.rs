@@ -12,4 +12,4 @@ pub mod sniff;
 pub use certificate::{load, Certificate};
 pub use rustls;
 pub use server::{Acceptor, Sites};
-pub use sniff::{sniff, First};
+pub use sniff::{first_record_end, sniff, First};

@@ -47,6 +47,14 @@ pub fn sniff(bytes: &[u8]) -> First {
     }
 }
 
+/// Where the first TLS record of `bytes` ends (its 5-byte header read), once the header is
+/// there: the first flight of a client (its ClientHello) is complete when that many bytes
+/// have arrived.
+pub fn first_record_end(bytes: &[u8]) -> Option<usize> {
+    let h = bytes.get(..5)?;
+    Some(5 + usize::from(u16::from_be_bytes([h[3], h[4]])))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,5 +73,16 @@ mod tests {
         assert_eq!(sniff(b"\x00\x01"), First::Other);
         assert_eq!(sniff(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ"), First::Other);
         assert_eq!(sniff(b"ABCDEFGHIJKLMNOP"), First::NeedMore);
+    }
+
+    #[test]
+    fn finds_where_the_first_record_ends() {
+        assert_eq!(first_record_end(&[0x16, 3, 1, 0]), None);
+        assert_eq!(first_record_end(&[0x16, 3, 1, 0, 0]), Some(5));
+        assert_eq!(first_record_end(&[0x16, 3, 1, 1, 2, 9]), Some(5 + 258));
+        assert_eq!(
+            first_record_end(&[0x16, 3, 1, 0xff, 0xff]),
+            Some(5 + 65_535)
+        );
     }
 }

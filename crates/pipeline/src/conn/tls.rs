@@ -10,6 +10,10 @@ use ramjet_tls::First;
 /// What a plaintext request to a TLS port is told.
 const PLAIN_TO_TLS: &[u8] = b"The plain HTTP request was sent to HTTPS port\n";
 
+/// A first record longer than TLS allows (16 KiB of plaintext and its expansion) is not
+/// waited for: rustls refuses it at once.
+const MAX_FIRST_RECORD: usize = 5 + 16_384 + 2_048;
+
 impl Conn {
     /// Start TLS on this plain connection (after any PROXY protocol header): the bytes
     /// already read go to rustls first. `None`: the connection ended (a plaintext request
@@ -20,10 +24,17 @@ impl Conn {
         acceptor: ramjet_tls::Acceptor,
     ) -> Option<Conn> {
         let deadline = self.read_at + self.generation.config.timeouts.header;
-        w.stats.tls_handshakes.add(1);
+        // The client's first record (its ClientHello), whole, before any work is done.
         loop {
-            match ramjet_tls::sniff(&self.buf[self.start..]) {
-                First::NeedMore => {
+            let first = &self.buf[self.start..];
+            let more = match ramjet_tls::sniff(first) {
+                First::NeedMore => true,
+                First::Tls => ramjet_tls::first_record_end(first)
+                    .is_none_or(|end| end <= MAX_FIRST_RECORD && first.len() < end),
+                First::PlainHttp | First::Other => false,
+            };
+            match ramjet_tls::sniff(first) {
+                _ if more => {
                     if !matches!(self.read_more(w, deadline, false).await, ReadOutcome::Data) {
                         self.release(w);
                         return None;
@@ -37,9 +48,18 @@ impl Conn {
                     self.answer_and_close(w, r).await;
                     return None;
                 }
-                First::Tls | First::Other => break,
+                First::Tls | First::Other | First::NeedMore => break,
             }
         }
+        // A turn among the worker's handshakes (within the same deadline), then one yield:
+        // at most HANDSHAKES_IN_FLIGHT key exchanges and signatures wait in the event
+        // loop's queue, behind the requests of established connections ready before them.
+        let Ok(Ok(turn)) = tokio::time::timeout_at(deadline, w.handshakes.acquire()).await else {
+            self.release(w);
+            return None;
+        };
+        tokio::task::yield_now().await;
+        w.stats.tls_handshakes.add(1);
         let session = match acceptor.accept() {
             Ok(s) => s,
             Err(e) => {
@@ -60,6 +80,12 @@ impl Conn {
             start: 0,
             ..self
         };
+        // The costly part (key exchange, signature) was the ClientHello's: the turn goes to
+        // the next handshake while this one waits for the client's answer.
+        if let Transport::Tls(t) = &conn.stream {
+            let _ = t.try_send_held();
+        }
+        drop(turn);
         let done = match fed {
             Ok(()) => match conn.stream {
                 Transport::Tls(ref t) => t.handshake(deadline).await,
@@ -70,6 +96,9 @@ impl Conn {
         match done {
             Ok(()) => {
                 w.stats.tls_handshakes_done.add(1);
+                if matches!(&conn.stream, Transport::Tls(t) if t.resumed()) {
+                    w.stats.tls_handshakes_resumed.add(1);
+                }
                 Some(conn)
             }
             Err(e) => {

@@ -82,6 +82,11 @@ impl TlsStream {
         &self.tcp
     }
 
+    /// The handshake resumed an earlier session.
+    pub(crate) fn resumed(&self) -> bool {
+        self.tls.borrow().handshake_kind() == Some(ramjet_tls::rustls::HandshakeKind::Resumed)
+    }
+
     /// Give rustls bytes already read from the socket (they were looked at first).
     pub(crate) fn feed(&self, mut bytes: &[u8]) -> Result<(), HandshakeError> {
         let mut tls = self.tls.borrow_mut();

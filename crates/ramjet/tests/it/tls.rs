@@ -190,7 +190,10 @@ fn s_client(s: &Server, args: &[&str], input: &[u8]) -> String {
 
 #[test]
 fn tls13_sessions_resume_with_a_ticket() {
-    let s = tls_server(&[("f.txt", b"x")], "");
+    let s = tls_server(
+        &[("f.txt", b"x")],
+        "[[location]]\nroot = \"root\"\n[[location]]\npath = \"/metrics\"\nhandlers = [\"metrics\"]\n",
+    );
     let sess = s.path("session.pem");
     let sess = sess.to_str().unwrap();
     // The client sends a request and waits for the answer, so the tickets that follow the
@@ -230,6 +233,15 @@ fn tls13_sessions_resume_with_a_ticket() {
     assert!(first.contains("New, TLSv1.2"), "{first}");
     let again = s_client(&s, &["-tls1_2", "-sess_in", sess12, "-ign_eof"], req);
     assert!(again.contains("Reused, TLSv1.2"), "{again}");
+    // Four handshakes, two of them resumed, as the metrics count them.
+    let m = s.get("/metrics").text();
+    for line in [
+        "ramjet_tls_handshakes_total 4\n",
+        "ramjet_tls_handshakes_completed_total 4\n",
+        "ramjet_tls_handshakes_resumed_total 2\n",
+    ] {
+        assert!(m.contains(line), "{line} in\n{m}");
+    }
 }
 
 #[test]
