@@ -86,6 +86,10 @@ http {{
   ssl_protocols TLSv1.2 TLSv1.3;
   ssl_session_cache shared:SSL:10m;
   ssl_session_tickets on;
+  # The suites in ramjet's order, the server's choice (as ramjet chooses).
+  ssl_prefer_server_ciphers on;
+  ssl_conf_command Ciphersuites TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256:TLS_AES_256_GCM_SHA384;
+  ssl_ciphers ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384;
   server {{
     listen 127.0.0.1:{port} ssl reuseport backlog=4096;
     ssl_certificate {cert};
@@ -104,6 +108,8 @@ http {{
     certificate-file: {cert}
     key-file: {key}
     minimum-version: TLSv1.2
+    cipher-preference: server
+    cipher-suite: ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384
 num-threads: 1
 max-connections: 19000
 http1-request-timeout: 300
@@ -179,6 +185,62 @@ def run(name, binary, profile, duration, cert, key):
         procstat.stop(proc)
 
 
+def rss_kb(pid):
+    """Resident KB of a process tree."""
+    total = 0
+    for p in procstat.tree([pid]):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def idle_memory(name, binary, count, cert, key):
+    """Hold `count` idle TLS keep-alive connections, each after one 4 KB request; the
+    server's RSS growth per connection (KB)."""
+    import socket
+    import ssl
+    conf = WORK / f"conf-{name}"
+    conf.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(["taskset", "-c", "0", *server_cmd(name, conf, binary, cert, key)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ctx = ssl.create_default_context(cafile=str(cert))
+    ctx.check_hostname = False
+    req = b"GET /4k.bin HTTP/1.1\r\nHost: localhost\r\n\r\n"
+
+    def one():
+        s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", PORTS[name])), server_hostname="localhost")
+        s.sendall(req)
+        got = b""
+        while len(got) < 4096 or b"\r\n\r\n" not in got or len(got) < got.find(b"\r\n\r\n") + 4 + 4096:
+            chunk = s.recv(65536)
+            if not chunk:
+                raise RuntimeError("closed")
+            got += chunk
+        return s
+
+    socks = []
+    try:
+        procstat.wait_port(PORTS[name], proc)
+        for s in [one() for _ in range(200)]:
+            s.close()
+        time.sleep(1.0)
+        base = rss_kb(proc.pid)
+        for _ in range(count):
+            socks.append(one())
+        time.sleep(2.0)
+        held = rss_kb(proc.pid)
+        return {"connections": count, "rss_before_kb": base, "rss_held_kb": held,
+                "kb_per_conn": (held - base) / count}
+    finally:
+        for s in socks:
+            s.close()
+        procstat.stop(proc)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ramjet", default=str(ROOT / "target/release/ramjet"))
@@ -186,11 +248,15 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--profiles", default="all", help="comma list of profile numbers (1-based), or all")
+    ap.add_argument("--idle", type=int, default=0,
+                    help="only measure memory per idle TLS connection, holding this many")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     compare.raise_nofile()
     cert, key = make_files()
     servers = args.servers.split(",")
+    if args.idle:
+        return idle_report(servers, args, cert, key)
     profiles = PROFILES if args.profiles == "all" else [PROFILES[int(i) - 1] for i in args.profiles.split(",")]
     results = {p[0]: {s: [] for s in servers} for p in profiles}
     for rnd in range(args.rounds):
@@ -235,6 +301,28 @@ def main():
     (out / "raw.json").write_text(json.dumps(
         {k: {s: [{kk: vv for kk, vv in r.items() if kk != "raw"} for r in v] for s, v in d.items()}
          for k, d in results.items()}, indent=1))
+    print("\n".join(lines))
+
+
+def idle_report(servers, args, cert, key):
+    rows = {s: [] for s in servers}
+    for rnd in range(args.rounds):
+        for s in servers:
+            r = idle_memory(s, args.ramjet, args.idle, cert, key)
+            print(f"round {rnd + 1} {s}: {r['kb_per_conn']:.2f} KB per idle TLS connection", flush=True)
+            rows[s].append(r)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["# Memory per idle TLS keep-alive connection", "",
+             f"Command: `python3 bench/tls.py {' '.join(sys.argv[1:])}`", "",
+             f"Each server alone on CPU 0; {args.idle} TLS 1.3 connections from Python's ssl, each after one "
+             "4 KB request, held idle; growth of the server's resident memory (its process tree) divided by "
+             f"the connections; median of {args.rounds}. Versions: " + ", ".join(versions()), "",
+             "| server | KB per idle TLS connection | runs |", "|---|---:|---|"]
+    for s in servers:
+        v = [r["kb_per_conn"] for r in rows[s]]
+        lines.append(f"| {s} | {statistics.median(v):.2f} | {', '.join(f'{x:.2f}' for x in v)} |")
+    (out / "idle.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -23,8 +23,20 @@ pub fn provider() -> Arc<CryptoProvider> {
     PROVIDER
         .get_or_init(|| {
             use rustls::crypto::aws_lc_rs::{default_provider, kx_group};
+            use rustls::crypto::aws_lc_rs::cipher_suite as cs;
             let mut p = default_provider();
             p.kx_groups = vec![kx_group::X25519, kx_group::SECP256R1, kx_group::SECP384R1];
+            p.cipher_suites = vec![
+                cs::TLS13_AES_128_GCM_SHA256,
+                cs::TLS13_CHACHA20_POLY1305_SHA256,
+                cs::TLS13_AES_256_GCM_SHA384,
+                cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+                cs::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+                cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+                cs::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+                cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+                cs::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+            ];
             Arc::new(p)
         })
         .clone()
@@ -136,6 +148,7 @@ impl Acceptor {
         config.ticketer = tickets.clone();
         config.session_storage = cache.clone();
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        config.ignore_client_order = true;
         Ok(Acceptor {
             config: Arc::new(config),
         })
