@@ -267,6 +267,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     for (addr, scheme) in addrs.iter().zip(&schemes) {
         tracing::info!("listening on {scheme}://{addr} ({workers} worker{plural})");
     }
+    if schemes.contains(&"https") {
+        let kernel = if ramjet_tls::kernel_tls_available() {
+            "kernel TLS is available but not used yet"
+        } else {
+            "kernel TLS is not available (no tls ULP in this kernel)"
+        };
+        tracing::info!(
+            "TLS: rustls with aws-lc-rs in user space; {kernel}: files over TLS are read and encrypted in 64 KiB pieces"
+        );
+    }
     for url in urls_to_open(&addrs, &schemes) {
         tracing::info!("open {url}");
     }

@@ -13,3 +13,10 @@ pub use certificate::{load, Certificate};
 pub use rustls;
 pub use server::{Acceptor, Sites};
 pub use sniff::{first_record_end, sniff, First};
+
+/// Whether this kernel offers TLS offload (the `tls` upper-layer protocol is loaded, or
+/// built in): what `sendfile` over TLS would need.
+pub fn kernel_tls_available() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp")
+        .is_ok_and(|s| s.split_whitespace().any(|u| u == "tls"))
+}

@@ -22,8 +22,8 @@ pub fn provider() -> Arc<CryptoProvider> {
     static PROVIDER: OnceLock<Arc<CryptoProvider>> = OnceLock::new();
     PROVIDER
         .get_or_init(|| {
-            use rustls::crypto::aws_lc_rs::{default_provider, kx_group};
             use rustls::crypto::aws_lc_rs::cipher_suite as cs;
+            use rustls::crypto::aws_lc_rs::{default_provider, kx_group};
             let mut p = default_provider();
             p.kx_groups = vec![kx_group::X25519, kx_group::SECP256R1, kx_group::SECP384R1];
             p.cipher_suites = vec![

@@ -171,34 +171,28 @@ impl TlsStream {
     /// none are held. `Ok(0)`: the client closed.
     pub(crate) fn try_read_buf(&self, buf: &mut Vec<u8>) -> io::Result<usize> {
         let mut tls = self.tls.borrow_mut();
-        let len = buf.len();
-        if buf.capacity() == len {
+        if buf.capacity() == buf.len() {
             buf.reserve(4096);
         }
-        buf.resize(buf.capacity(), 0);
-        let result = loop {
-            match tls.reader().read(&mut buf[len..]) {
-                Ok(n) => break Ok(n),
+        loop {
+            match take_plaintext(&mut tls, buf) {
+                Ok(n) => return Ok(n),
                 // A close without close_notify: the end all the same (a truncation attack
                 // matters to a client reading a length-less body, not to a server reading
                 // requests).
-                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => break Ok(0),
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => break Err(e),
+                Err(e) => return Err(e),
             }
-            match tls.read_tls(&mut SocketIn(&self.tcp)) {
-                Ok(0) => break Ok(0),
-                Ok(_) => {}
-                Err(e) => break Err(e),
+            if tls.read_tls(&mut SocketIn(&self.tcp))? == 0 {
+                return Ok(0);
             }
             if let Err(e) = tls.process_new_packets() {
                 let _ = send_held(&mut tls, &self.tcp);
-                break Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }
             // A key update or an alert to answer goes out with the next write.
-        };
-        buf.truncate(len + *result.as_ref().unwrap_or(&0));
-        result
+        }
     }
 
     /// Encrypt what the socket can take: held bytes go first (`WouldBlock` while they
@@ -360,6 +354,19 @@ impl TlsStream {
 thread_local! {
     /// Where file bytes are read before they are encrypted: one per worker thread.
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Move decrypted bytes into `buf`'s spare capacity (copied once, from rustls' own
+/// buffer: no zeroing of the spare room first). `Ok(0)`: the client closed cleanly;
+/// `WouldBlock`: none are held.
+fn take_plaintext(tls: &mut ServerConnection, buf: &mut Vec<u8>) -> io::Result<usize> {
+    use std::io::BufRead;
+    let mut reader = tls.reader();
+    let chunk = reader.fill_buf()?;
+    let n = chunk.len().min(buf.capacity() - buf.len());
+    buf.extend_from_slice(&chunk[..n]);
+    reader.consume(n);
+    Ok(n)
 }
 
 /// Write rustls' encrypted output to the socket until it is all taken (`Ok`) or the
