@@ -484,3 +484,95 @@ fn a_reload_with_a_bad_certificate_keeps_the_old_one_serving() {
     crate::poll_until(|| fetch(&ca).then_some(()));
     assert!(!fetch(&s.path("old.pem")));
 }
+
+/// A TLS listener with a 90-day ECDSA P-256 certificate for `localhost` (as an ACME CA
+/// issues), for the scanners.
+fn scanned() -> Server {
+    let dir = Server::dir();
+    let ok = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+        ])
+        .args([
+            "-days",
+            "90",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+        ])
+        .arg("-keyout")
+        .arg(dir.path().join("a.key"))
+        .arg("-out")
+        .arg(dir.path().join("a.pem"))
+        .output()
+        .unwrap()
+        .status
+        .success();
+    assert!(ok);
+    std::fs::write(dir.path().join("root/index.html"), b"hi").unwrap();
+    Server::start(
+        crate::BIN,
+        dir,
+        "listen = [{ address = \"127.0.0.1:0\", tls = { certificate = \"a.pem\", key = \"a.key\" } }]\nworkers = 1\n",
+    )
+}
+
+#[test]
+fn sslyze_finds_mozilla_intermediate_but_for_the_test_certificate_trust() {
+    let s = scanned();
+    let target = format!("localhost:{}", s.tls_addr.unwrap().port());
+    let out = Command::new("sslyze")
+        .args(["--mozilla_config=intermediate", &target])
+        .output()
+        .expect("sslyze is installed (.ci/deps)");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.contains("SCANS COMPLETED"), "{text}");
+    // A self-signed test certificate cannot chain to a public root: the one finding
+    // allowed. Everything else (versions, suites, curves, key, lifespan) must comply.
+    let findings: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix("* "))
+        .filter(|l| l.contains(':') && text.contains("Not compliant"))
+        .filter(|l| {
+            let name = l.split(':').next().unwrap_or("");
+            !name.contains(' ') && name.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+        })
+        .collect();
+    assert!(
+        findings
+            .iter()
+            .all(|f| f.starts_with("certificate_path_validation:")),
+        "{findings:?}\n{text}"
+    );
+    assert!(
+        text.contains("Supported curves:                  X25519, secp256r1, secp384r1"),
+        "{text}"
+    );
+}
+
+#[test]
+fn testssl_reports_no_vulnerability() {
+    let s = scanned();
+    let target = format!("localhost:{}", s.tls_addr.unwrap().port());
+    let out = Command::new("testssl")
+        .args(["--quiet", "--color", "0", "-U", "--ip", "one", &target])
+        .output()
+        .expect("testssl.sh is installed (.ci/deps)");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains("Heartbleed") && text.contains("LUCKY13"),
+        "{text}"
+    );
+    let bad: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("VULNERABLE") || l.contains("potentially"))
+        .collect();
+    assert!(bad.is_empty(), "{bad:?}\n{text}");
+}
