@@ -232,7 +232,7 @@ fn the_status_page_lists_slow_downloads_and_connection_states() {
 
 /// Run headless Chromium (as CI installs it) with `args` and a profile of its own under
 /// `dir`; stdout, or a panic naming what went wrong. At most 120 s.
-fn chromium(dir: &std::path::Path, args: &[&str]) -> String {
+pub(crate) fn chromium(dir: &std::path::Path, args: &[&str]) -> String {
     let profile = dir.join(format!("chromium-profile-{}", args.len()));
     let mut child = Command::new("chromium")
         .args([

@@ -576,3 +576,61 @@ fn testssl_reports_no_vulnerability() {
         .collect();
     assert!(bad.is_empty(), "{bad:?}\n{text}");
 }
+
+/// The SHA-256 of a certificate's public key, base64 (what Chromium's
+/// `--ignore-certificate-errors-spki-list` trusts).
+fn spki_hash(cert: &Path) -> String {
+    let script = format!(
+        "openssl x509 -in '{}' -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64",
+        cert.display()
+    );
+    let out = Command::new("sh").args(["-c", &script]).output().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Headless Chromium trusting exactly this server's key: a page and a listing over HTTPS,
+/// with a screenshot of the listing kept under `target/tmp/artifacts/`.
+#[test]
+fn chromium_shows_a_page_and_a_listing_over_https() {
+    let s = tls_server(
+        &[
+            ("site/index.html", b"<html><body><h1>over tls</h1></body></html>"),
+            ("files/a.txt", b"a"),
+            ("files/b.bin", &[0u8; 3000]),
+        ],
+        "[[location]]\nroot = \"root\"\nautoindex = true\n",
+    );
+    let port = s.tls_addr.unwrap().port();
+    let trust = format!("--ignore-certificate-errors-spki-list={}", spki_hash(&s.path("a.pem")));
+    let work = tempfile::tempdir().unwrap();
+    let page = crate::observe::chromium(
+        work.path(),
+        &[&trust, "--dump-dom", &format!("https://localhost:{port}/site/")],
+    );
+    assert!(page.contains("<h1>over tls</h1>"), "{page}");
+    let listing = crate::observe::chromium(
+        work.path(),
+        &[&trust, "--dump-dom", &format!("https://localhost:{port}/files/")],
+    );
+    assert!(listing.contains("a.txt") && listing.contains("b.bin"), "{listing}");
+    let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join("listing-over-https.png");
+    let _ = std::fs::remove_file(&shot);
+    crate::observe::chromium(
+        work.path(),
+        &[
+            &trust,
+            &format!("--screenshot={}", shot.display()),
+            &format!("https://localhost:{port}/files/"),
+        ],
+    );
+    let png = std::fs::read(&shot).expect("chromium wrote the screenshot");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    // Without trusting the key, Chromium refuses the page: the trust above is what let it in.
+    let refused = crate::observe::chromium(
+        work.path(),
+        &["--dump-dom", &format!("https://localhost:{port}/site/")],
+    );
+    assert!(!refused.contains("<h1>over tls</h1>"), "{refused}");
+}
