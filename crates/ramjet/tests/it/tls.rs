@@ -594,25 +594,42 @@ fn spki_hash(cert: &Path) -> String {
 fn chromium_shows_a_page_and_a_listing_over_https() {
     let s = tls_server(
         &[
-            ("site/index.html", b"<html><body><h1>over tls</h1></body></html>"),
+            (
+                "site/index.html",
+                b"<html><body><h1>over tls</h1></body></html>",
+            ),
             ("files/a.txt", b"a"),
             ("files/b.bin", &[0u8; 3000]),
         ],
         "[[location]]\nroot = \"root\"\nautoindex = true\n",
     );
     let port = s.tls_addr.unwrap().port();
-    let trust = format!("--ignore-certificate-errors-spki-list={}", spki_hash(&s.path("a.pem")));
+    let trust = format!(
+        "--ignore-certificate-errors-spki-list={}",
+        spki_hash(&s.path("a.pem"))
+    );
     let work = tempfile::tempdir().unwrap();
     let page = crate::observe::chromium(
         work.path(),
-        &[&trust, "--dump-dom", &format!("https://localhost:{port}/site/")],
+        &[
+            &trust,
+            "--dump-dom",
+            &format!("https://localhost:{port}/site/"),
+        ],
     );
     assert!(page.contains("<h1>over tls</h1>"), "{page}");
     let listing = crate::observe::chromium(
         work.path(),
-        &[&trust, "--dump-dom", &format!("https://localhost:{port}/files/")],
+        &[
+            &trust,
+            "--dump-dom",
+            &format!("https://localhost:{port}/files/"),
+        ],
     );
-    assert!(listing.contains("a.txt") && listing.contains("b.bin"), "{listing}");
+    assert!(
+        listing.contains("a.txt") && listing.contains("b.bin"),
+        "{listing}"
+    );
     let artifacts = Path::new(env!("CARGO_TARGET_TMPDIR")).join("artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
     let shot = artifacts.join("listing-over-https.png");
@@ -633,4 +650,105 @@ fn chromium_shows_a_page_and_a_listing_over_https() {
         &["--dump-dom", &format!("https://localhost:{port}/site/")],
     );
     assert!(!refused.contains("<h1>over tls</h1>"), "{refused}");
+}
+
+/// A rustls client over TCP to the TLS listener, trusting `a.pem`, for `name`.
+fn tls_client(s: &Server, name: &str) -> rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls::pki_types::CertificateDer::pem_file_iter(s.path("a.pem")).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let conn = rustls::ClientConnection::new(
+        std::sync::Arc::new(config),
+        name.to_string().try_into().unwrap(),
+    )
+    .unwrap();
+    let tcp = TcpStream::connect(s.tls_addr.unwrap()).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    rustls::StreamOwned::new(conn, tcp)
+}
+
+#[test]
+fn websocket_tunnels_and_pipelined_requests_work_over_tls() {
+    let b = ramjet_testkit::Backend::start(|ex| {
+        ex.write(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nhello|");
+        let mut buf = [0u8; 65536];
+        loop {
+            match ex.stream.read(&mut buf) {
+                Ok(0) | Err(_) => return ramjet_testkit::Flow::Close,
+                Ok(n) => {
+                    let _ = ex.stream.write_all(&buf[..n]);
+                }
+            }
+        }
+    });
+    let s = tls_server(
+        &[("p", b"pipelined")],
+        &format!(
+            "[upstream.app]\nservers = [\"{}\"]\n[[location]]\nroot = \"root\"\n[[location]]\npath = \"/ws\"\nhandlers = [\"proxy\"]\nproxy = \"app\"\n",
+            b.addr
+        ),
+    );
+    let mut c = tls_client(&s, "a.test");
+    c.write_all(b"GET /ws HTTP/1.1\r\nHost: a.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nearly|").unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    while !got.ends_with(b"early|") {
+        let n = c.read(&mut buf).unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(
+        text.starts_with("HTTP/1.1 101 Switching Protocols\r\n"),
+        "{text}"
+    );
+    assert!(text.ends_with("\r\n\r\nhello|early|"), "{text}");
+    // Both ways through the tunnel, across several TLS records.
+    for msg in [&b"one"[..], &crate::bytes(70_000, 5)[..]] {
+        c.write_all(msg).unwrap();
+        let mut back = vec![0u8; msg.len()];
+        c.read_exact(&mut back).unwrap();
+        assert!(back == msg);
+    }
+    drop(c);
+    // Three pipelined requests in one TLS record, answered in order.
+    let mut c = tls_client(&s, "a.test");
+    c.write_all(b"GET /p HTTP/1.1\r\nHost: a\r\n\r\nGET /p HTTP/1.1\r\nHost: a\r\n\r\nGET /p HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").unwrap();
+    let mut all = Vec::new();
+    let _ = c.read_to_end(&mut all);
+    let all = String::from_utf8_lossy(&all);
+    assert_eq!(all.matches("HTTP/1.1 200 OK\r\n").count(), 3, "{all}");
+    assert_eq!(all.matches("pipelined").count(), 3, "{all}");
+}
+
+#[test]
+fn h2load_and_ab_over_tls_see_no_failure() {
+    let s = tls_server(&[("4k", &[7u8; 4096])], "");
+    let url = https(&s, "localhost", "/4k");
+    let out = Command::new("h2load")
+        .args(["--h1", "-n", "3000", "-c", "30", "-t", "1", &url])
+        .output()
+        .expect("h2load is installed (.ci/deps)");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains("requests: 3000 total, 3000 started, 3000 done, 3000 succeeded, 0 failed, 0 errored, 0 timeout"),
+        "{text}"
+    );
+    let out = Command::new("ab")
+        .args(["-q", "-n", "1000", "-c", "10", "-k", &url])
+        .output()
+        .expect("ab is installed (.ci/deps)");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.contains("Complete requests:      1000"), "{text}");
+    assert!(text.contains("Failed requests:        0"), "{text}");
+    assert!(text.contains("SSL/TLS Protocol:"), "{text}");
+    s.assert_clean_log(&[]);
 }
