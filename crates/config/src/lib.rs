@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 mod access;
+mod acme;
 mod cgi;
 mod either_form;
 mod error;
@@ -34,6 +35,7 @@ mod upstream;
 mod workers;
 
 pub use access::{AccessRules, Cidr};
+pub use acme::{AcmeOptions, AcmeSite};
 pub use cgi::{find_user, CgiOptions, CgiUser};
 pub use error::ConfigError;
 pub use error_pages::{ErrorPage, ErrorPages};

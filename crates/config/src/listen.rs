@@ -29,8 +29,9 @@ pub struct ListenTable {
     /// without one they are closed.
     #[serde(default)]
     pub proxy_protocol: bool,
-    /// A TLS listener with this certificate (the default when no site's matches SNI).
-    pub tls: Option<crate::tls::RawTls>,
+    /// A TLS listener with this certificate (the default when no site's matches SNI), or
+    /// `"acme"`: a TLS listener with only the sites' certificates.
+    pub tls: Option<crate::tls::RawSiteTls>,
 }
 
 impl<'de> Deserialize<'de> for RawListen {
@@ -52,7 +53,7 @@ impl RawListen {
         }
     }
 
-    pub fn tls(&self) -> Option<&crate::tls::RawTls> {
+    pub fn tls(&self) -> Option<&crate::tls::RawSiteTls> {
         match self {
             RawListen::Table(t) => t.tls.as_ref(),
             RawListen::Address(_) => None,

@@ -79,7 +79,8 @@ impl Resolved {
             .enumerate()
             .map(|(i, a)| {
                 let tls = self.tls_files.get(i).and_then(Option::as_ref);
-                if !self.expects_proxy_header(i) && tls.is_none() {
+                let acme = tls.is_none() && self.tls_of(i).is_some();
+                if !self.expects_proxy_header(i) && tls.is_none() && !acme {
                     return text(&a.to_string());
                 }
                 let mut t = format!("{{ address = {}", text(&a.to_string()));
@@ -88,6 +89,8 @@ impl Resolved {
                 }
                 if let Some(f) = tls {
                     t.push_str(&format!(", tls = {}", tls_table(f)));
+                } else if acme {
+                    t.push_str(", tls = \"acme\"");
                 }
                 t.push_str(" }");
                 t
@@ -201,6 +204,22 @@ impl Resolved {
             );
         }
 
+        if let Some(a) = &self.acme {
+            let _ = writeln!(o, "\n[acme]\ndirectory = {}", text(&a.directory));
+            let contact: Vec<&str> = a.contact.iter().map(String::as_str).collect();
+            let _ = writeln!(o, "contact = {}", list(contact));
+            let _ = writeln!(
+                o,
+                "state_dir = {}",
+                text(&a.state_dir.display().to_string())
+            );
+            if let Some(ca) = &a.ca_certificate {
+                let _ = writeln!(o, "ca_certificate = {}", text(&ca.display().to_string()));
+            }
+            let _ = writeln!(o, "renew_before = \"{}s\"", a.renew_before.as_secs());
+            let _ = writeln!(o, "retry = \"{}s\"", a.retry.as_secs());
+        }
+
         for v in &self.vhosts {
             let any_host = v.names.iter().any(|n| n == "*") && v.names.len() == 1;
             let table = if any_host {
@@ -210,6 +229,8 @@ impl Resolved {
                 let _ = writeln!(o, "\n[[vhost]]\nnames = {}", list(names));
                 if let Some(f) = &v.tls {
                     let _ = writeln!(o, "tls = {}", tls_table(f));
+                } else if v.acme {
+                    let _ = writeln!(o, "tls = \"acme\"");
                 }
                 "vhost.location"
             };

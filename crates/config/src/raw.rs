@@ -40,6 +40,8 @@ pub struct RawConfig {
     pub vhost: Option<Vec<RawVHost>>,
     /// Backends a `proxy` location forwards to, by name.
     pub upstream: Option<BTreeMap<String, RawUpstream>>,
+    /// Certificates from an ACME CA for the sites with `tls = "acme"`.
+    pub acme: Option<Spanned<crate::acme::RawAcme>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -51,7 +53,7 @@ pub struct RawVHost {
     pub root: Option<Spanned<String>>,
     pub location: Option<Vec<RawLocation>>,
     /// This site's certificate on TLS listeners, chosen by SNI.
-    pub tls: Option<Spanned<crate::tls::RawTls>>,
+    pub tls: Option<Spanned<crate::tls::RawSiteTls>>,
 }
 
 /// A location (or the `[defaults]` every location inherits from).

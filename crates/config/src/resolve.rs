@@ -296,6 +296,8 @@ pub(crate) struct Resolver<'a> {
     pub(crate) failed_upstreams: std::cell::RefCell<Vec<String>>,
     /// htpasswd files read so far (locations naming the same file share it).
     pub(crate) htpasswd: std::cell::RefCell<Vec<(PathBuf, Arc<ramjet_auth::Htpasswd>)>>,
+    /// With `[acme]`: where HTTP-01 answers are written, served by every host.
+    pub(crate) acme_webroot: std::cell::RefCell<Option<PathBuf>>,
 }
 
 impl<'a> Resolver<'a> {
@@ -307,6 +309,7 @@ impl<'a> Resolver<'a> {
             errors: Default::default(),
             failed_upstreams: Default::default(),
             htpasswd: Default::default(),
+            acme_webroot: Default::default(),
         }
     }
 
@@ -375,11 +378,15 @@ impl<'a> Resolver<'a> {
             auth: auth.as_ref(),
         };
         let mut warnings = Vec::new();
+        let acme = self.acme(raw.acme.as_ref(), raw.vhost.as_deref().unwrap_or(&[]));
         let tls_files: Vec<Option<crate::TlsFiles>> = raw
             .listen
             .iter()
             .flatten()
-            .map(|l| l.get_ref().tls().map(|t| self.tls_files(t)))
+            .map(|l| match l.get_ref().tls() {
+                Some(crate::tls::RawSiteTls::Files(t)) => Some(self.tls_files(t)),
+                _ => None,
+            })
             .collect();
         let tls = self.tls(
             raw.listen.as_deref(),
@@ -394,6 +401,7 @@ impl<'a> Resolver<'a> {
                 names: vec!["*".into()],
                 locations,
                 tls: None,
+                acme: false,
             });
         }
         for (i, v) in raw.vhost.unwrap_or_default().into_iter().enumerate() {
@@ -415,7 +423,14 @@ impl<'a> Resolver<'a> {
             vhosts.push(VHost {
                 names: v.names.iter().map(|n| n.to_ascii_lowercase()).collect(),
                 locations,
-                tls: v.tls.as_ref().map(|t| self.tls_files(t.get_ref())),
+                tls: v.tls.as_ref().and_then(|t| match t.get_ref() {
+                    crate::tls::RawSiteTls::Files(f) => Some(self.tls_files(f)),
+                    _ => None,
+                }),
+                acme: v
+                    .tls
+                    .as_ref()
+                    .is_some_and(|t| matches!(t.get_ref(), crate::tls::RawSiteTls::Acme)),
             });
         }
         if vhosts.is_empty() && self.errors.borrow().is_empty() {
@@ -482,6 +497,7 @@ impl<'a> Resolver<'a> {
             tls,
             tls_files,
             warnings,
+            acme,
         })
     }
 
@@ -504,6 +520,16 @@ impl<'a> Resolver<'a> {
                     root: Some(root),
                     ..RawLocation::default()
                 });
+            }
+        }
+        if let Some(webroot) = self.acme_webroot.borrow().as_ref() {
+            let here = |l: &RawLocation| {
+                l.path
+                    .as_ref()
+                    .is_some_and(|p| p.get_ref() == crate::acme::CHALLENGE_PATH)
+            };
+            if !raw.iter().any(here) {
+                raw.push(crate::acme::challenge_location(webroot));
             }
         }
         let mut out: Vec<Location> = Vec::new();

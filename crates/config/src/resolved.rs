@@ -43,6 +43,8 @@ pub struct Resolved {
     pub tls: Vec<Option<ramjet_tls::Acceptor>>,
     /// By `listen` entry: the files of its certificate (as `tls`).
     pub tls_files: Vec<Option<crate::TlsFiles>>,
+    /// `[acme]`: certificates obtained and renewed from an ACME CA.
+    pub acme: Option<crate::AcmeOptions>,
     /// What is allowed but probably wrong (a certificate that does not name its site).
     pub warnings: Vec<String>,
 }
@@ -103,6 +105,8 @@ pub struct VHost {
     pub locations: Vec<Location>,
     /// This site's certificate on TLS listeners.
     pub tls: Option<crate::TlsFiles>,
+    /// Its certificate comes from the `[acme]` CA (`tls = "acme"`).
+    pub acme: bool,
 }
 
 /// A location: a path prefix and what serves it.

@@ -21,6 +21,32 @@ pub struct RawTls {
     pub key: String,
 }
 
+/// A site's `tls`: its own files, or `"acme"`.
+#[derive(Debug, Clone)]
+pub enum RawSiteTls {
+    Files(RawTls),
+    Acme,
+    /// Any other string (an error at resolution).
+    Other(String),
+}
+
+impl<'de> Deserialize<'de> for RawSiteTls {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::either_form::string_or_table(
+            d,
+            "\"acme\" or a table { certificate = ..., key = ... }",
+            |s| {
+                if s == "acme" {
+                    RawSiteTls::Acme
+                } else {
+                    RawSiteTls::Other(s.to_string())
+                }
+            },
+            RawSiteTls::Files,
+        )
+    }
+}
+
 /// Where a certificate and its key were read from (absolute, or as written relative to
 /// the configuration file's directory).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -59,14 +85,44 @@ impl Resolver<'_> {
         let mut sites = Vec::new();
         for (i, v) in vhosts.iter().enumerate() {
             let Some(t) = &v.tls else { continue };
-            let Some(cert) = load(t.get_ref(), t.span(), &format!("vhost[{i}]")) else {
+            let cert = match t.get_ref() {
+                RawSiteTls::Files(f) => load(f, t.span(), &format!("vhost[{i}]")),
+                RawSiteTls::Other(text) => {
+                    self.keep::<()>(Err(self.err(
+                        Some(t.span()),
+                        &format!("vhost[{i}].tls"),
+                        format!("`{text}` is not \"acme\" or a table {{ certificate, key }}"),
+                    )));
+                    None
+                }
+                // What an earlier run obtained, if it is there and still good; else the
+                // site has no certificate until the CA issues one.
+                RawSiteTls::Acme => {
+                    let Some(files) = self.acme_files(&v.names) else {
+                        continue;
+                    };
+                    match ramjet_tls::load(&files.certificate, &files.key, &provider) {
+                        Ok(c) => Some(c),
+                        Err(e) => {
+                            warnings.push(format!(
+                                "vhost[{i}]: no certificate from the ACME CA yet ({e})"
+                            ));
+                            None
+                        }
+                    }
+                }
+            };
+            let Some(cert) = cert else {
                 continue;
             };
             for n in &v.names {
                 if n != "*" && !cert.covers(n) {
                     warnings.push(format!(
                         "vhost[{i}]: the certificate {} does not name `{n}` (it names {}): clients will refuse it for that name",
-                        t.get_ref().certificate,
+                        match t.get_ref() {
+                            RawSiteTls::Files(f) => f.certificate.clone(),
+                            _ => "from the ACME CA".to_string(),
+                        },
                         if cert.names.is_empty() { "no DNS name".to_string() } else { cert.names.join(", ") }
                     ));
                 }
@@ -79,7 +135,18 @@ impl Resolver<'_> {
                 out.push(None);
                 continue;
             };
-            let default = load(t, l.span(), &format!("listen[{i}]")).map(|c| c.key);
+            let default = match t {
+                RawSiteTls::Files(f) => load(f, l.span(), &format!("listen[{i}]")).map(|c| c.key),
+                RawSiteTls::Acme => None,
+                RawSiteTls::Other(text) => {
+                    self.keep::<()>(Err(self.err(
+                        Some(l.span()),
+                        &format!("listen[{i}].tls"),
+                        format!("`{text}` is not \"acme\" or a table {{ certificate, key }}"),
+                    )));
+                    None
+                }
+            };
             let mut s = ramjet_tls::Sites::new(default);
             for (names, cert) in &sites {
                 for n in names {
@@ -106,7 +173,7 @@ impl Resolver<'_> {
     }
 
     /// A path as written, relative to the configuration file's directory.
-    fn path_of(&self, p: &str) -> PathBuf {
+    pub(crate) fn path_of(&self, p: &str) -> PathBuf {
         let p = Path::new(p);
         if p.is_absolute() {
             p.to_path_buf()

@@ -288,6 +288,28 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         _ => None,
     };
 
+    // ACME: one process asks the CA (the first of `--processes`), and every process
+    // reloads when a certificate arrives, as on SIGHUP.
+    let first = std::env::var(PROCESS_ENV).map_or(true, |i| i == "0");
+    if let Some(acme) = current
+        .config
+        .acme
+        .clone()
+        .filter(|a| !a.sites.is_empty() && first)
+    {
+        let target = if child {
+            std::os::unix::process::parent_id()
+        } else {
+            std::process::id()
+        };
+        ramjet_acme::spawn(acme, move || {
+            if let Err(e) = ramjet_runtime::sys::send_signal(target, "HUP") {
+                tracing::error!("acme: reload after a new certificate: {e}");
+            }
+        })
+        .context("starting the ACME thread")?;
+    }
+
     let mut attempts = 0;
     let hand_to = signal_rt.block_on(async {
         loop {

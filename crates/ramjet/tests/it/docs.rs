@@ -74,6 +74,7 @@ fn config_reference_documents_exactly_the_accepted_keys() {
         "location",
         "vhost",
         "upstream",
+        "acme",
     ];
     let cases = [
         ("Top level", ""),
@@ -87,6 +88,7 @@ fn config_reference_documents_exactly_the_accepted_keys() {
             "`[upstream.NAME]`",
             "[upstream.a]\nservers = [\"127.0.0.1:1\"]",
         ),
+        ("`[acme]`", "[acme]\nstate_dir = \"s\""),
     ];
     for (heading, src) in cases {
         let mut want = accepted(src);

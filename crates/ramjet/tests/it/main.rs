@@ -1,6 +1,7 @@
 //! Integration tests: each starts the real `ramjet` binary and speaks raw bytes (and curl)
 //! to it, then checks the server logged no unexpected error.
 
+mod acme;
 mod activation;
 mod autoindex;
 mod bench;

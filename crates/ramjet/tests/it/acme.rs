@@ -1,0 +1,192 @@
+//! Certificates by ACME (RFC 8555) from pebble, Let's Encrypt's test CA, started here with
+//! its DNS companion answering 127.0.0.1 for every name: ramjet registers, answers the
+//! HTTP-01 challenge itself, stores account and certificate privately, serves the
+//! certificate, and after a restart serves it again without asking the CA.
+
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use ramjet_testkit::Server;
+
+/// Where `go install` put pebble, and its module's test files.
+fn go_path(var: &str) -> PathBuf {
+    let out = Command::new("go")
+        .args(["env", var])
+        .output()
+        .expect("go is installed");
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// pebble and pebble-challtestsrv; returns them, the directory URL, the management port
+/// and the CA file that signs pebble's own HTTPS.
+fn pebble(dir: &Path, http_port: u16) -> (Vec<Killed>, String, u16, PathBuf) {
+    let bin = go_path("GOPATH").join("bin");
+    let module = go_path("GOMODCACHE").join("github.com/letsencrypt/pebble/v2@v2.10.1/test/certs");
+    let (api, mgmt, dns) = (free_port(), free_port(), free_port());
+    let dns_srv = Command::new(bin.join("pebble-challtestsrv"))
+        .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
+        .args(["-dnsserver", &format!("127.0.0.1:{dns}")])
+        .args(["-management", &format!("127.0.0.1:{}", free_port())])
+        .args(["-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", ""])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("pebble-challtestsrv is installed (.ci/deps)");
+    let config = dir.join("pebble.json");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{"pebble": {{"listenAddress": "127.0.0.1:{api}", "managementListenAddress": "127.0.0.1:{mgmt}",
+              "certificate": "{c}", "privateKey": "{k}", "httpPort": {http_port}, "tlsPort": {tls},
+              "ocspResponderURL": "", "externalAccountBindingRequired": false}}}}"#,
+            c = module.join("localhost/cert.pem").display(),
+            k = module.join("localhost/key.pem").display(),
+            tls = free_port(),
+        ),
+    )
+    .unwrap();
+    let pebble = Command::new(bin.join("pebble"))
+        .arg("-config")
+        .arg(&config)
+        .args(["-dnsserver", &format!("127.0.0.1:{dns}")])
+        .env("PEBBLE_VA_NOSLEEP", "1")
+        .env("PEBBLE_WFE_NONCEREJECT", "0")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("pebble is installed (.ci/deps)");
+    let procs = vec![Killed(dns_srv), Killed(pebble)];
+    let ca = module.join("pebble.minica.pem");
+    let url = format!("https://127.0.0.1:{api}/dir");
+    crate::poll_until(|| {
+        crate::curl(&["--cacert", ca.to_str().unwrap(), &url])
+            .0
+            .then_some(())
+    });
+    (procs, url, mgmt, ca)
+}
+
+fn config(http_port: u16, directory: &str, ca: &Path, state: &Path) -> String {
+    format!(
+        "listen = [{{ address = \"127.0.0.1:0\", tls = \"acme\" }}, \"127.0.0.1:{http_port}\"]\nworkers = 1\n\
+         [acme]\ndirectory = \"{directory}\"\nca_certificate = \"{}\"\nstate_dir = \"{}\"\ncontact = [\"ops@a.test\"]\nretry = \"1s\"\n\
+         [[vhost]]\nnames = [\"a.test\", \"www.a.test\"]\nroot = \"root\"\ntls = \"acme\"\n",
+        ca.display(),
+        state.display()
+    )
+}
+
+#[test]
+fn a_certificate_is_obtained_from_pebble_stored_and_reused_after_a_restart() {
+    let work = tempfile::tempdir().unwrap();
+    let state = work.path().join("acme");
+    let http_port = free_port();
+    let (procs, directory, mgmt, ca) = pebble(work.path(), http_port);
+    let dir = Server::dir();
+    std::fs::write(dir.path().join("root/f"), b"secure").unwrap();
+    let s = Server::start(crate::BIN, dir, &config(http_port, &directory, &ca, &state));
+    assert!(
+        s.wait_for_log(
+            "acme: a.test, www.a.test: certificate stored",
+            Duration::from_secs(90)
+        ),
+        "{:?}",
+        s.stderr()
+    );
+    // The root that signed it, from pebble's management interface.
+    let root = work.path().join("root.pem");
+    let (ok, pem) = crate::curl(&["-k", &format!("https://127.0.0.1:{mgmt}/roots/0")]);
+    assert!(ok);
+    std::fs::write(&root, pem).unwrap();
+    let port = s.tls_addr.unwrap().port();
+    let fetch = |host: &str| {
+        crate::curl(&[
+            "--cacert",
+            root.to_str().unwrap(),
+            "--resolve",
+            &format!("{host}:{port}:127.0.0.1"),
+            &format!("https://{host}:{port}/f"),
+        ])
+    };
+    // Served once the reload that follows has taken it.
+    crate::poll_until(|| fetch("a.test").0.then_some(()));
+    assert_eq!(fetch("www.a.test"), (true, b"secure".to_vec()));
+    // Kept privately.
+    let mode = |p: PathBuf| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(state.join("account.json")), 0o600);
+    assert_eq!(mode(state.join("sites/a.test/key.pem")), 0o600);
+    assert_eq!(mode(state.clone()), 0o700);
+    drop(s);
+    // The CA gone, a new start serves the stored certificate at once.
+    drop(procs);
+    let dir = Server::dir();
+    std::fs::write(dir.path().join("root/f"), b"secure").unwrap();
+    let s = Server::start(crate::BIN, dir, &config(http_port, &directory, &ca, &state));
+    let port2 = s.tls_addr.unwrap().port();
+    let (ok, body) = crate::curl(&[
+        "--cacert",
+        root.to_str().unwrap(),
+        "--resolve",
+        &format!("a.test:{port2}:127.0.0.1"),
+        &format!("https://a.test:{port2}/f"),
+    ]);
+    assert!(ok && body == b"secure");
+    assert!(
+        !s.stderr().iter().any(|l| l.contains("asking")),
+        "{:?}",
+        s.stderr()
+    );
+}
+
+#[test]
+fn an_unreachable_ca_is_retried_with_a_clear_log_line() {
+    let work = tempfile::tempdir().unwrap();
+    let state = work.path().join("acme");
+    let dir = Server::dir();
+    std::fs::write(dir.path().join("root/f"), b"up").unwrap();
+    let dead = free_port();
+    let ca = work.path().join("ca.pem");
+    std::fs::write(
+        &ca,
+        rcgen::generate_simple_self_signed(vec!["x".into()])
+            .unwrap()
+            .cert
+            .pem(),
+    )
+    .unwrap();
+    let s = Server::start(
+        crate::BIN,
+        dir,
+        &config(
+            free_port(),
+            &format!("https://127.0.0.1:{dead}/dir"),
+            &ca,
+            &state,
+        ),
+    );
+    // The failure names the site and says when it tries again; the server serves on.
+    assert!(s.wait_for_log("acme: a.test, www.a.test:", Duration::from_secs(30)));
+    assert!(s.wait_for_log("trying again in 1s", Duration::from_secs(30)));
+    assert!(s.wait_for_log("trying again in 2s", Duration::from_secs(30)));
+    assert_eq!(s.get("/f").text(), "up");
+}
