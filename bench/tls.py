@@ -250,6 +250,8 @@ def main():
     ap.add_argument("--profiles", default="all", help="comma list of profile numbers (1-based), or all")
     ap.add_argument("--idle", type=int, default=0,
                     help="only measure memory per idle TLS connection, holding this many")
+    ap.add_argument("--flood", type=int, default=0,
+                    help="only measure keep-alive p99 during a flood of handshakes, this many in flight")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     compare.raise_nofile()
@@ -257,6 +259,8 @@ def main():
     servers = args.servers.split(",")
     if args.idle:
         return idle_report(servers, args, cert, key)
+    if args.flood:
+        return flood_report(servers, args, cert, key)
     profiles = PROFILES if args.profiles == "all" else [PROFILES[int(i) - 1] for i in args.profiles.split(",")]
     results = {p[0]: {s: [] for s in servers} for p in profiles}
     for rnd in range(args.rounds):
@@ -301,6 +305,66 @@ def main():
     (out / "raw.json").write_text(json.dumps(
         {k: {s: [{kk: vv for kk, vv in r.items() if kk != "raw"} for r in v] for s, v in d.items()}
          for k, d in results.items()}, indent=1))
+    print("\n".join(lines))
+
+
+def flood(name, binary, duration, cert, key, rate):
+    """p99 of 10 keep-alive clients (4 KB) alone, then while new TLS connections arrive at
+    `rate` per second (each one request): (alone, flooded, handshakes done in the flood)."""
+    conf = WORK / f"conf-{name}"
+    conf.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(["taskset", "-c", "0", *server_cmd(name, conf, binary, cert, key)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"https://127.0.0.1:{PORTS[name]}/4k.bin"
+    keepalive = ["taskset", "-c", "1", "wrk", "-t", "1", "-c", "10", "-d", f"{duration}s", "--latency", url]
+    try:
+        procstat.wait_port(PORTS[name], proc)
+        alone = compare.parse_wrk(subprocess.run(keepalive, capture_output=True, text=True).stdout)
+        # Recorded ClientHellos, `rate` connections in flight: the server pays a full
+        # handshake for each, the client nothing.
+        h2 = subprocess.Popen(["taskset", "-c", "1", sys.executable, str(ROOT / "bench/hello_flood.py"),
+                               str(PORTS[name]), str(duration + 2), str(rate)],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        time.sleep(1.0)
+        flooded = compare.parse_wrk(subprocess.run(keepalive, capture_output=True, text=True).stdout)
+        out = h2.communicate()[0]
+        return alone, flooded, out
+    finally:
+        procstat.stop(proc)
+
+
+def flood_report(servers, args, cert, key):
+    rows = {s: [] for s in servers}
+    for rnd in range(args.rounds):
+        for s in servers:
+            alone, flooded, answered = flood(s, args.ramjet, args.duration, cert, key, args.flood)
+
+            print(f"round {rnd + 1} {s}: p99 alone {alone['p99_ms']} ms, under the flood {flooded['p99_ms']} ms "
+                  f"({alone['rps']:.0f} -> {flooded['rps']:.0f} req/s; {answered.strip()} handshakes answered)",
+                  flush=True)
+            flooded["handshakes"] = int(answered.strip() or 0)
+            rows[s].append((alone, flooded))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["# Keep-alive clients during a flood of new TLS connections", "",
+             f"Command: `python3 bench/tls.py {' '.join(sys.argv[1:])}`", "",
+             f"Each server alone on CPU 0 (one worker). `wrk -c 10` (4 KB, keep-alive, TLS) for {args.duration} s "
+             f"alone, then again during a flood of handshakes (`bench/hello_flood.py`: {args.flood} connections in flight, "
+             f"each sending a recorded ClientHello and leaving once the server's first flight is back, "
+             f"for {args.duration + 2} s), both clients on CPU 1. Median of "
+             f"{args.rounds}.", "",
+             "| server | p99 alone ms | p99 under the flood ms | req/s alone | req/s under the flood | "
+             "handshakes answered | runs (p99 flooded) |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for s in servers:
+        a = statistics.median(r[0]["p99_ms"] for r in rows[s])
+        f = statistics.median(r[1]["p99_ms"] for r in rows[s])
+        ra = statistics.median(r[0]["rps"] for r in rows[s])
+        rf = statistics.median(r[1]["rps"] for r in rows[s])
+        runs = ", ".join(f"{r[1]['p99_ms']:.1f}" for r in rows[s])
+        hs = statistics.median(r[1]["handshakes"] for r in rows[s])
+        lines.append(f"| {s} | {a:.2f} | {f:.2f} | {ra:,.0f} | {rf:,.0f} | {hs:,.0f} | {runs} |")
+    (out / "flood.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

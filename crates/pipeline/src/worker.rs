@@ -311,7 +311,7 @@ impl<C: Content> HttpWorker<C> {
 }
 
 /// Most TLS handshakes one worker runs at once.
-pub(crate) const HANDSHAKES_IN_FLIGHT: usize = 32;
+pub(crate) const HANDSHAKES_IN_FLIGHT: usize = 8;
 
 /// Batch storage larger than this (after a big pipelined burst) is freed, not pooled.
 const MAX_POOLED_BATCH: usize = 16 * 1024;
