@@ -87,14 +87,7 @@ impl Resolver<'_> {
             let Some(t) = &v.tls else { continue };
             let cert = match t.get_ref() {
                 RawSiteTls::Files(f) => load(f, t.span(), &format!("vhost[{i}]")),
-                RawSiteTls::Other(text) => {
-                    self.keep::<()>(Err(self.err(
-                        Some(t.span()),
-                        &format!("vhost[{i}].tls"),
-                        format!("`{text}` is not \"acme\" or a table {{ certificate, key }}"),
-                    )));
-                    None
-                }
+                RawSiteTls::Other(text) => self.not_tls(text, t.span(), &format!("vhost[{i}].tls")),
                 // What an earlier run obtained, if it is there and still good; else the
                 // site has no certificate until the CA issues one.
                 RawSiteTls::Acme => {
@@ -139,12 +132,7 @@ impl Resolver<'_> {
                 RawSiteTls::Files(f) => load(f, l.span(), &format!("listen[{i}]")).map(|c| c.key),
                 RawSiteTls::Acme => None,
                 RawSiteTls::Other(text) => {
-                    self.keep::<()>(Err(self.err(
-                        Some(l.span()),
-                        &format!("listen[{i}].tls"),
-                        format!("`{text}` is not \"acme\" or a table {{ certificate, key }}"),
-                    )));
-                    None
+                    self.not_tls(text, l.span(), &format!("listen[{i}].tls"))
                 }
             };
             let mut s = ramjet_tls::Sites::new(default);
@@ -162,6 +150,16 @@ impl Resolver<'_> {
             );
         }
         out
+    }
+
+    /// A `tls` string other than "acme": noted as an error.
+    fn not_tls<T>(&self, text: &str, span: std::ops::Range<usize>, key: &str) -> Option<T> {
+        self.keep::<()>(Err(self.err(
+            Some(span),
+            key,
+            format!("`{text}` is not \"acme\" or a table {{ certificate, key }}"),
+        )));
+        None
     }
 
     /// The files of a `tls` table, paths resolved.

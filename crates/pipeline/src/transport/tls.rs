@@ -310,23 +310,21 @@ impl TlsStream {
     }
 
     pub(crate) fn poll_write(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        loop {
-            match self.try_writev(&[IoSlice::new(buf)]) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    match self.tcp.poll_write_ready(cx) {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                        Poll::Ready(Ok(())) => {}
-                    }
-                }
-                r => return Poll::Ready(r),
-            }
-        }
+        self.poll_until_taken(cx, || self.try_writev(&[IoSlice::new(buf)]))
     }
 
     pub(crate) fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_until_taken(cx, || self.try_send_held())
+    }
+
+    /// Try `write` until the socket takes it: on `WouldBlock`, wait for writability.
+    fn poll_until_taken<T>(
+        &self,
+        cx: &mut Context<'_>,
+        mut write: impl FnMut() -> io::Result<T>,
+    ) -> Poll<io::Result<T>> {
         loop {
-            match self.try_send_held() {
+            match write() {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     match self.tcp.poll_write_ready(cx) {
                         Poll::Pending => return Poll::Pending,

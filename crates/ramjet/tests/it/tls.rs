@@ -455,6 +455,20 @@ fn bad_certificates_are_configuration_errors_that_name_the_file() {
         err.contains("warning") && err.contains("does not name `c.test`"),
         "{err}"
     );
+    // `tls` is a table or "acme", and "acme" needs its section.
+    let (ok, err) = check(
+        d,
+        "listen = [{ address = \"127.0.0.1:0\", tls = \"yes\" }]\n[[location]]\nroot = \"root\"\n",
+    );
+    assert!(
+        !ok && err.contains("listen[0].tls") && err.contains("`yes` is not \"acme\""),
+        "{err}"
+    );
+    let (ok, err) = check(
+        d,
+        "[[vhost]]\nnames = [\"a.test\"]\nroot = \"root\"\ntls = \"acme\"\n",
+    );
+    assert!(!ok && err.contains("needs an [acme] section"), "{err}");
     // A hand-off location cannot sit behind a TLS listener.
     let text = format!(
         "{}[[location]]\npath = \"/h/\"\nhandlers = [\"handoff\"]\nhandoff = \"/run/x.sock\"\n",
