@@ -33,7 +33,14 @@ impl Conn {
                     .is_none_or(|end| end <= MAX_FIRST_RECORD && first.len() < end),
                 First::PlainHttp | First::Other => false,
             };
-            match ramjet_tls::sniff(first) {
+            // Room for the whole first record, which may be larger than a request head.
+            if let Some(end) = ramjet_tls::first_record_end(first) {
+                let need = self.start + end.min(MAX_FIRST_RECORD);
+                if self.buf.capacity() > 0 && self.buf.capacity() < need {
+                    self.buf.reserve(need - self.buf.len());
+                }
+            }
+            match ramjet_tls::sniff(&self.buf[self.start..]) {
                 _ if more => {
                     if !matches!(self.read_more(w, deadline, false).await, ReadOutcome::Data) {
                         self.release(w);
