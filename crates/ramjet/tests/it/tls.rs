@@ -766,3 +766,46 @@ fn h2load_and_ab_over_tls_see_no_failure() {
     assert!(text.contains("SSL/TLS Protocol:"), "{text}");
     s.assert_clean_log(&[]);
 }
+
+#[test]
+fn modules_redirects_listings_and_the_status_page_answer_over_tls() {
+    let s = tls_server(
+        &[("motd.bin", b"MOTD\n"), ("dir/a.txt", b"a")],
+        "[[location]]\nroot = \"root\"\nautoindex = true\n\
+         [[location]]\npath = \"/hello/\"\nmodule = \"hello\"\n[location.module_config]\ngreeting = \"Hi\"\nfile = \"{dir}/root/motd.bin\"\n\
+         [[location]]\npath = \"/old/\"\nredirect = \"/new/\"\n\
+         [[location]]\npath = \"/server-status\"\nhandlers = [\"status\"]\n",
+    );
+    let ca = s.path("a.pem");
+    let get = |path: &str, extra: &[&str]| {
+        let url = https(&s, "a.test", path);
+        let mut args = vec!["-i"];
+        args.extend_from_slice(extra);
+        args.push(&url);
+        let (ok, out) = curl_tls(&s, &ca, "a.test", &args);
+        assert!(ok, "{path}");
+        String::from_utf8_lossy(&out).to_string()
+    };
+    let hello = get("/hello/x", &[]);
+    assert!(hello.starts_with("HTTP/1.1 200 OK\r\n"), "{hello}");
+    assert!(
+        hello.contains("Hi, 127.0.0.1!\n") && hello.contains("MOTD\n"),
+        "{hello}"
+    );
+    let moved = get("/old/page?q=1", &[]);
+    assert!(moved.starts_with("HTTP/1.1 301"), "{moved}");
+    assert!(moved.contains("\r\nLocation: /new/page?q=1\r\n"), "{moved}");
+    let listing = get("/dir/", &[]);
+    assert!(
+        listing.starts_with("HTTP/1.1 200 OK\r\n") && listing.contains("a.txt"),
+        "{listing}"
+    );
+    let slash = get("/dir", &[]);
+    assert!(
+        slash.starts_with("HTTP/1.1 301") && slash.contains("Location: /dir/"),
+        "{slash}"
+    );
+    let status = get("/server-status?auto", &[]);
+    assert!(status.contains("Total Accesses:"), "{status}");
+    s.assert_clean_log(&[]);
+}
