@@ -1,9 +1,11 @@
 //! Certificates from an ACME CA (RFC 8555, e.g. Let's Encrypt) for the sites with
 //! `tls = "acme"`: one thread of its own checks every site at start and every 12 hours,
 //! and obtains a certificate for a site whose stored one is missing, unusable or within
-//! `renew_before` of expiry. The HTTP-01 challenge is answered by ramjet itself: the key
-//! authorization is written under the state directory's `http-01/`, which every host
-//! serves at `/.well-known/acme-challenge/`. A new certificate is written (key 0600, by a
+//! `renew_before` of expiry. The challenge is answered by ramjet itself: for HTTP-01 the
+//! key authorization is written under the state directory's `http-01/`, which every host
+//! serves at `/.well-known/acme-challenge/`; for TLS-ALPN-01 (RFC 8737) a certificate
+//! carrying its digest is written under `tls-alpn-01/NAME.pem`, which every TLS listener
+//! presents to a client asking only for `acme-tls/1`. A new certificate is written (key 0600, by a
 //! temporary file and a rename) and the server reloads, as on SIGHUP: connections in
 //! progress are not touched. A failure is logged with the site and the CA's answer, and
 //! tried again after `retry`, doubled each time up to an hour. The account key is kept in
@@ -128,16 +130,34 @@ async fn obtain(options: &AcmeOptions, site: &AcmeSite) -> anyhow::Result<()> {
         if a.status == AuthorizationStatus::Valid {
             continue;
         }
+        let kind = if options.tls_alpn {
+            ChallengeType::TlsAlpn01
+        } else {
+            ChallengeType::Http01
+        };
         let mut challenge = a
-            .challenge(ChallengeType::Http01)
-            .context("the CA offers no http-01 challenge")?;
-        let path = answers.join(&challenge.token);
-        if challenge.token.is_empty() || challenge.token.contains(['/', '.']) {
-            bail!("the CA sent an unusable token {:?}", challenge.token);
-        }
-        std::fs::write(&path, challenge.key_authorization().as_str())
-            .with_context(|| format!("writing {}", path.display()))?;
-        let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644));
+            .challenge(kind.clone())
+            .with_context(|| format!("the CA offers no {kind:?} challenge"))?;
+        let path = if options.tls_alpn {
+            // RFC 8737: a certificate for the name carrying the key authorization's
+            // digest, presented to a client that asks for `acme-tls/1` only.
+            let name = challenge.identifier().to_string();
+            let path = ramjet_tls::server::challenge_file(&options.alpn_answers(), &name)
+                .with_context(|| format!("an unusable name {name:?}"))?;
+            let digest = challenge.key_authorization().digest();
+            let pem = alpn_certificate(&name, digest.as_ref())?;
+            store(&path, pem.as_bytes(), 0o600)?;
+            path
+        } else {
+            if challenge.token.is_empty() || challenge.token.contains(['/', '.']) {
+                bail!("the CA sent an unusable token {:?}", challenge.token);
+            }
+            let path = answers.join(&challenge.token);
+            std::fs::write(&path, challenge.key_authorization().as_str())
+                .with_context(|| format!("writing {}", path.display()))?;
+            let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644));
+            path
+        };
         written.push(path);
         challenge.set_ready().await.context("challenge ready")?;
     }
@@ -160,6 +180,15 @@ async fn obtain(options: &AcmeOptions, site: &AcmeSite) -> anyhow::Result<()> {
     store(&site.key, key.as_bytes(), 0o600)?;
     store(&site.certificate, chain.as_bytes(), 0o644)?;
     Ok(())
+}
+
+/// A TLS-ALPN-01 challenge certificate for `name` and its key, PEM (RFC 8737 §3).
+fn alpn_certificate(name: &str, digest: &[u8]) -> anyhow::Result<String> {
+    let mut params = rcgen::CertificateParams::new(vec![name.to_string()])?;
+    params.custom_extensions = vec![rcgen::CustomExtension::new_acme_identifier(digest)];
+    let key = rcgen::KeyPair::generate()?;
+    let cert = params.self_signed(&key)?;
+    Ok(format!("{}{}", cert.pem(), key.serialize_pem()))
 }
 
 /// The account kept in `account.json`, or a new one registered and saved.

@@ -34,6 +34,9 @@ pub struct RawAcme {
     pub renew_before: Option<crate::units::Seconds>,
     /// First wait after a failure (default 60 s), doubled after each one up to an hour.
     pub retry: Option<crate::units::Seconds>,
+    /// How names are proven: "http-01" (default: the CA fetches a file over port 80) or
+    /// "tls-alpn-01" (the CA makes a TLS handshake on port 443).
+    pub challenge: Option<String>,
 }
 
 /// What the ACME client works from.
@@ -45,6 +48,8 @@ pub struct AcmeOptions {
     pub ca_certificate: Option<PathBuf>,
     pub renew_before: std::time::Duration,
     pub retry: std::time::Duration,
+    /// TLS-ALPN-01 (RFC 8737) rather than HTTP-01.
+    pub tls_alpn: bool,
     /// The sites to obtain certificates for.
     pub sites: Vec<AcmeSite>,
 }
@@ -64,6 +69,15 @@ impl AcmeOptions {
     pub fn webroot(&self) -> PathBuf {
         webroot(&self.state_dir)
     }
+
+    /// Where TLS-ALPN-01 answers are written (`NAME.pem`, certificate and key).
+    pub fn alpn_answers(&self) -> PathBuf {
+        alpn_answers(&self.state_dir)
+    }
+}
+
+fn alpn_answers(state_dir: &Path) -> PathBuf {
+    state_dir.join("tls-alpn-01")
 }
 
 fn webroot(state_dir: &Path) -> PathBuf {
@@ -114,7 +128,21 @@ impl Resolver<'_> {
         // in it); the answers' directory must exist before the challenge location's root
         // is opened.
         let answers = webroot(&state_dir).join(CHALLENGE_PATH.trim_matches('/'));
-        if let Err(e) = std::fs::create_dir_all(&answers) {
+        let tls_alpn = match r.challenge.as_deref() {
+            None | Some("http-01") => false,
+            Some("tls-alpn-01") => true,
+            Some(other) => {
+                self.keep::<()>(Err(self.err(
+                    Some(raw.span()),
+                    "acme.challenge",
+                    format!("`{other}` is not \"http-01\" or \"tls-alpn-01\""),
+                )));
+                return None;
+            }
+        };
+        if let Err(e) = std::fs::create_dir_all(&answers)
+            .and_then(|()| std::fs::create_dir_all(alpn_answers(&state_dir)))
+        {
             self.keep::<()>(Err(self.err(
                 Some(raw.span()),
                 "acme.state_dir",
@@ -165,8 +193,15 @@ impl Resolver<'_> {
             ca_certificate: r.ca_certificate.as_deref().map(|p| self.path_of(p)),
             renew_before,
             retry,
+            tls_alpn,
             sites,
         })
+    }
+
+    /// Where TLS listeners find TLS-ALPN-01 answers, with `[acme]`.
+    pub(crate) fn acme_alpn_answers(&self) -> Option<PathBuf> {
+        let webroot = self.acme_webroot.borrow();
+        Some(alpn_answers(webroot.as_ref()?.parent()?))
     }
 
     /// The stored certificate of an ACME site with these names.

@@ -218,6 +218,8 @@ impl Resolved {
             }
             let _ = writeln!(o, "renew_before = \"{}s\"", a.renew_before.as_secs());
             let _ = writeln!(o, "retry = \"{}s\"", a.retry.as_secs());
+            let challenge = if a.tls_alpn { "tls-alpn-01" } else { "http-01" };
+            let _ = writeln!(o, "challenge = \"{challenge}\"");
         }
 
         for v in &self.vhosts {

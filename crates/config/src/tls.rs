@@ -57,6 +57,9 @@ pub struct TlsFiles {
 
 /// What ALPN offers: HTTP/1.1.
 const ALPN: &[&[u8]] = &[b"http/1.1"];
+/// With `[acme]`: also the TLS-ALPN-01 challenge's protocol (only a client that offers
+/// nothing else gets it).
+const ALPN_WITH_ACME: &[&[u8]] = &[b"http/1.1", ramjet_tls::server::ACME_TLS_ALPN];
 
 impl Resolver<'_> {
     /// One acceptor per `listen` entry that has `tls` (by entry index), with every vhost's
@@ -136,17 +139,25 @@ impl Resolver<'_> {
                 }
             };
             let mut s = ramjet_tls::Sites::new(default);
+            if let Some(dir) = self.acme_alpn_answers() {
+                s = s.with_acme_answers(dir);
+            }
             for (names, cert) in &sites {
                 for n in names {
                     s.add(n, cert.key.clone());
                 }
             }
             out.push(
-                ramjet_tls::Acceptor::new(s, ALPN)
-                    .map_err(|e| {
-                        self.err(Some(l.span()), &format!("listen[{i}].tls"), e.to_string())
-                    })
-                    .ok(),
+                ramjet_tls::Acceptor::new(
+                    s,
+                    if self.acme_alpn_answers().is_some() {
+                        ALPN_WITH_ACME
+                    } else {
+                        ALPN
+                    },
+                )
+                .map_err(|e| self.err(Some(l.span()), &format!("listen[{i}].tls"), e.to_string()))
+                .ok(),
             );
         }
         out

@@ -74,6 +74,9 @@ impl ProducesTickets for NoTickets {
     }
 }
 
+/// The ALPN protocol of the ACME TLS-ALPN-01 challenge (RFC 8737).
+pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
 /// The certificates of a listener: by host name, by `*.parent`, and the default.
 #[derive(Debug, Default)]
 pub struct Sites {
@@ -81,6 +84,8 @@ pub struct Sites {
     /// Keyed by the parent name (`example.com` for `*.example.com`).
     wildcard: HashMap<String, Arc<CertifiedKey>>,
     default: Option<Arc<CertifiedKey>>,
+    /// Where the ACME client leaves TLS-ALPN-01 answers (`NAME.pem`: certificate and key).
+    acme_answers: Option<std::path::PathBuf>,
 }
 
 impl Sites {
@@ -102,6 +107,27 @@ impl Sites {
         } else {
             self.exact.entry(name).or_insert(key);
         }
+    }
+
+    /// Answer TLS-ALPN-01 challenges from this directory (see [`challenge_file`]).
+    pub fn with_acme_answers(mut self, dir: std::path::PathBuf) -> Sites {
+        self.acme_answers = Some(dir);
+        self
+    }
+
+    /// The challenge certificate for `name`, for a client that asked only for
+    /// `acme-tls/1`: read from disk, as rare as a certificate order (and on disk, so that
+    /// every process of `--processes` finds what the one asking the CA wrote).
+    fn acme_answer(&self, name: &str) -> Option<Arc<CertifiedKey>> {
+        let file = challenge_file(self.acme_answers.as_ref()?, name)?;
+        let text = std::fs::read(file).ok()?;
+        use rustls::pki_types::pem::PemObject;
+        let chain: Vec<_> = rustls::pki_types::CertificateDer::pem_slice_iter(&text)
+            .collect::<Result<_, _>>()
+            .ok()?;
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(&text).ok()?;
+        let key = provider().key_provider.load_private_key(key).ok()?;
+        Some(Arc::new(CertifiedKey::new(chain, key)))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -127,8 +153,26 @@ impl Sites {
 
 impl ResolvesServerCert for Sites {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let only_acme = hello.alpn().is_some_and(|mut protocols| {
+            protocols.next() == Some(ACME_TLS_ALPN) && protocols.next().is_none()
+        });
+        if only_acme {
+            return self.acme_answer(hello.server_name()?);
+        }
         self.choose(hello.server_name())
     }
+}
+
+/// Where the TLS-ALPN-01 answer for `name` lives under `dir` (`None` for a name that could
+/// not be a file name).
+pub fn challenge_file(dir: &std::path::Path, name: &str) -> Option<std::path::PathBuf> {
+    let name = name.to_ascii_lowercase();
+    let plain = !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+    plain.then(|| dir.join(format!("{name}.pem")))
 }
 
 /// A TLS listener's configuration: makes one server session per connection.

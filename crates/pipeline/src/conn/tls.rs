@@ -101,6 +101,14 @@ impl Conn {
             Err(e) => Err(e),
         };
         match done {
+            // An ACME CA proving a name (TLS-ALPN-01): the handshake was the answer.
+            Ok(()) if matches!(&conn.stream, Transport::Tls(t) if t.is_acme_challenge()) => {
+                tracing::info!("{}: answered an ACME tls-alpn-01 challenge", conn.peer);
+                let mut conn = conn;
+                conn.stream.shutdown().await;
+                conn.release(w);
+                None
+            }
             Ok(()) => {
                 w.stats.tls_handshakes_done.add(1);
                 if matches!(&conn.stream, Transport::Tls(t) if t.resumed()) {

@@ -82,6 +82,11 @@ impl TlsStream {
         &self.tcp
     }
 
+    /// ALPN agreed on the ACME TLS-ALPN-01 protocol: no HTTP follows.
+    pub(crate) fn is_acme_challenge(&self) -> bool {
+        self.tls.borrow().alpn_protocol() == Some(ramjet_tls::server::ACME_TLS_ALPN)
+    }
+
     /// The handshake resumed an earlier session.
     pub(crate) fn resumed(&self) -> bool {
         self.tls.borrow().handshake_kind() == Some(ramjet_tls::rustls::HandshakeKind::Resumed)

@@ -39,7 +39,7 @@ impl Drop for Killed {
 
 /// pebble and pebble-challtestsrv; returns them, the directory URL, the management port
 /// and the CA file that signs pebble's own HTTPS.
-fn pebble(dir: &Path, http_port: u16) -> (Vec<Killed>, String, u16, PathBuf) {
+fn pebble(dir: &Path, http_port: u16, tls_port: u16) -> (Vec<Killed>, String, u16, PathBuf) {
     let bin = go_path("GOPATH").join("bin");
     let module = go_path("GOMODCACHE").join("github.com/letsencrypt/pebble/v2@v2.10.1/test/certs");
     let (api, mgmt, dns) = (free_port(), free_port(), free_port());
@@ -61,7 +61,7 @@ fn pebble(dir: &Path, http_port: u16) -> (Vec<Killed>, String, u16, PathBuf) {
               "ocspResponderURL": "", "externalAccountBindingRequired": false}}}}"#,
             c = module.join("localhost/cert.pem").display(),
             k = module.join("localhost/key.pem").display(),
-            tls = free_port(),
+            tls = tls_port,
         ),
     )
     .unwrap();
@@ -87,9 +87,20 @@ fn pebble(dir: &Path, http_port: u16) -> (Vec<Killed>, String, u16, PathBuf) {
 }
 
 fn config(http_port: u16, directory: &str, ca: &Path, state: &Path) -> String {
+    config_with(0, http_port, directory, ca, state, "http-01")
+}
+
+fn config_with(
+    tls_port: u16,
+    http_port: u16,
+    directory: &str,
+    ca: &Path,
+    state: &Path,
+    challenge: &str,
+) -> String {
     format!(
-        "listen = [{{ address = \"127.0.0.1:0\", tls = \"acme\" }}, \"127.0.0.1:{http_port}\"]\nworkers = 1\n\
-         [acme]\ndirectory = \"{directory}\"\nca_certificate = \"{}\"\nstate_dir = \"{}\"\ncontact = [\"ops@a.test\"]\nretry = \"1s\"\n\
+        "listen = [{{ address = \"127.0.0.1:{tls_port}\", tls = \"acme\" }}, \"127.0.0.1:{http_port}\"]\nworkers = 1\n\
+         [acme]\ndirectory = \"{directory}\"\nca_certificate = \"{}\"\nstate_dir = \"{}\"\ncontact = [\"ops@a.test\"]\nretry = \"1s\"\nchallenge = \"{challenge}\"\n\
          [[vhost]]\nnames = [\"a.test\", \"www.a.test\"]\nroot = \"root\"\ntls = \"acme\"\n",
         ca.display(),
         state.display()
@@ -101,7 +112,7 @@ fn a_certificate_is_obtained_from_pebble_stored_and_reused_after_a_restart() {
     let work = tempfile::tempdir().unwrap();
     let state = work.path().join("acme");
     let http_port = free_port();
-    let (procs, directory, mgmt, ca) = pebble(work.path(), http_port);
+    let (procs, directory, mgmt, ca) = pebble(work.path(), http_port, free_port());
     let dir = Server::dir();
     std::fs::write(dir.path().join("root/f"), b"secure").unwrap();
     let s = Server::start(crate::BIN, dir, &config(http_port, &directory, &ca, &state));
@@ -189,4 +200,63 @@ fn an_unreachable_ca_is_retried_with_a_clear_log_line() {
     assert!(s.wait_for_log("trying again in 1s", Duration::from_secs(30)));
     assert!(s.wait_for_log("trying again in 2s", Duration::from_secs(30)));
     assert_eq!(s.get("/f").text(), "up");
+}
+
+#[test]
+fn tls_alpn_01_is_answered_on_the_tls_listener() {
+    let work = tempfile::tempdir().unwrap();
+    let state = work.path().join("acme");
+    // No cleartext port for the CA: it can only prove the names over TLS.
+    let (tls_port, unused_http) = (free_port(), free_port());
+    let (_procs, directory, mgmt, ca) = pebble(work.path(), unused_http, tls_port);
+    let dir = Server::dir();
+    std::fs::write(dir.path().join("root/f"), b"over alpn").unwrap();
+    let s = Server::start(
+        crate::BIN,
+        dir,
+        &config_with(
+            tls_port,
+            free_port(),
+            &directory,
+            &ca,
+            &state,
+            "tls-alpn-01",
+        ),
+    );
+    assert!(
+        s.wait_for_log(
+            "acme: a.test, www.a.test: certificate stored",
+            Duration::from_secs(90)
+        ),
+        "{:?}",
+        s.stderr()
+    );
+    assert!(s.wait_for_log(
+        "answered an ACME tls-alpn-01 challenge",
+        Duration::from_secs(5)
+    ));
+    let root = work.path().join("root.pem");
+    let (ok, pem) = crate::curl(&["-k", &format!("https://127.0.0.1:{mgmt}/roots/0")]);
+    assert!(ok);
+    std::fs::write(&root, pem).unwrap();
+    let fetch = || {
+        crate::curl(&[
+            "--cacert",
+            root.to_str().unwrap(),
+            "--resolve",
+            &format!("a.test:{tls_port}:127.0.0.1"),
+            &format!("https://a.test:{tls_port}/f"),
+        ])
+    };
+    crate::poll_until(|| fetch().0.then_some(()));
+    assert_eq!(fetch().1, b"over alpn");
+    // A client asking for acme-tls/1 and a name with no answer waiting gets no certificate.
+    let out = Command::new("openssl")
+        .args(["s_client", "-connect", &format!("127.0.0.1:{tls_port}")])
+        .args(["-servername", "a.test", "-alpn", "acme-tls/1"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("BEGIN CERTIFICATE"), "{text}");
 }
