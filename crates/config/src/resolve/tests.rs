@@ -290,7 +290,7 @@ root = "missing-dir"
     ] {
         assert!(found.contains(&want), "{want:?} missing:\n{text}");
     }
-    assert!(text.contains("unknown key `tls`"), "{text}");
+    assert!(text.contains("c.pem: cannot read"), "{text}");
     assert!(!text.contains("missing field"), "{text}");
     assert!(!text.contains("serde"), "{text}");
     // The upstream whose table was wrong is not reported again as "not defined".

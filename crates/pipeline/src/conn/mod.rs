@@ -207,25 +207,36 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
             conn = Box::pin(conn.into_tls(w, acceptor)).await?;
         }
     }
-    let ended = conn.serve(w).await;
-    if ended == Ended::HandOver && conn.stream.parkable() {
-        // An upgrade: this idle connection goes to the new process, with whatever was
-        // read and not answered. Not a request of its own: no log line. If the new
-        // process cannot take it, it is closed (as an idle keep-alive connection may be
-        // at any time; the client sends its next request again).
-        if let Some(to) = w.hand_to() {
-            let _ = Box::pin(conn.send_to(w, to, false)).await;
+    // Matched at once: no `Ended` lives across the hand-over's await (every connection's
+    // future would carry it).
+    match conn.serve(w).await {
+        Ended::Park(deadline) => {
+            conn.release(w);
+            Some((
+                conn.stream.into_plain()?,
+                conn.peer,
+                conn.listener,
+                deadline,
+            ))
         }
-    }
-    conn.release(w);
-    match ended {
-        Ended::Park(deadline) => Some((
-            conn.stream.into_plain()?,
-            conn.peer,
-            conn.listener,
-            deadline,
-        )),
-        _ => None,
+        Ended::HandOver => {
+            // An upgrade: this idle connection goes to the new process, with whatever was
+            // read and not answered. Not a request of its own: no log line. If the new
+            // process cannot take it, it is closed (as an idle keep-alive connection may
+            // be at any time; the client sends its next request again). A TLS session
+            // cannot go: it is closed.
+            if conn.stream.parkable() {
+                if let Some(to) = w.hand_to() {
+                    let _ = Box::pin(conn.send_to(w, to, false)).await;
+                }
+            }
+            conn.release(w);
+            None
+        }
+        Ended::Closed => {
+            conn.release(w);
+            None
+        }
     }
 }
 
