@@ -84,13 +84,18 @@ fn webroot(state_dir: &Path) -> PathBuf {
     state_dir.join("http-01")
 }
 
-/// The location every host gets with `[acme]`: the challenge answers, as static files.
+/// The location every host gets with `[acme]`: the challenge answers, as static files,
+/// open to everyone whatever `[defaults]` restricts (the CA must reach them).
 pub(crate) fn challenge_location(webroot: &Path) -> RawLocation {
+    let span = |v| Spanned::new(0..0, v);
     RawLocation {
-        path: Some(Spanned::new(0..0, CHALLENGE_PATH.to_string())),
-        root: Some(Spanned::new(0..0, webroot.display().to_string())),
+        path: Some(span(CHALLENGE_PATH.to_string())),
+        root: Some(span(webroot.display().to_string())),
         handlers: Some(vec![Spanned::new(0..0, crate::handler::Handler::Static)]),
         autoindex: Some(false),
+        auth_basic: Some(span("off".to_string())),
+        allow: Some(vec![span("all".to_string())]),
+        deny: Some(Vec::new()),
         ..RawLocation::default()
     }
 }

@@ -98,9 +98,23 @@ fn config_with(
     state: &Path,
     challenge: &str,
 ) -> String {
+    site_config(tls_port, http_port, directory, ca, state, challenge, "")
+}
+
+/// The site, with `defaults` (a `[defaults]` table's keys) for every location.
+fn site_config(
+    tls_port: u16,
+    http_port: u16,
+    directory: &str,
+    ca: &Path,
+    state: &Path,
+    challenge: &str,
+    defaults: &str,
+) -> String {
     format!(
         "listen = [{{ address = \"127.0.0.1:{tls_port}\", tls = \"acme\" }}, \"127.0.0.1:{http_port}\"]\nworkers = 1\n\
          [acme]\ndirectory = \"{directory}\"\nca_certificate = \"{}\"\nstate_dir = \"{}\"\ncontact = [\"ops@a.test\"]\nretry = \"1s\"\nchallenge = \"{challenge}\"\n\
+         [defaults]\n{defaults}\n\
          [[vhost]]\nnames = [\"a.test\", \"www.a.test\"]\nroot = \"root\"\ntls = \"acme\"\n",
         ca.display(),
         state.display()
@@ -259,4 +273,51 @@ fn tls_alpn_01_is_answered_on_the_tls_listener() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(!text.contains("BEGIN CERTIFICATE"), "{text}");
+}
+
+#[test]
+fn the_challenge_is_reachable_where_defaults_demand_a_password() {
+    let work = tempfile::tempdir().unwrap();
+    let state = work.path().join("acme");
+    let http_port = free_port();
+    let (_procs, directory, _mgmt, ca) = pebble(work.path(), http_port, free_port());
+    let dir = Server::dir();
+    std::fs::write(dir.path().join("root/f"), b"private").unwrap();
+    let users = dir.path().join("users");
+    let ok = Command::new("htpasswd")
+        .args(["-bc"])
+        .arg(&users)
+        .args(["ann", "secret"])
+        .output()
+        .expect("htpasswd is installed (apache2-utils)")
+        .status
+        .success();
+    assert!(ok);
+    let s = Server::start(
+        crate::BIN,
+        dir,
+        &site_config(
+            0,
+            http_port,
+            &directory,
+            &ca,
+            &state,
+            "http-01",
+            &format!(
+                "auth_basic = \"staff\"\nauth_basic_user_file = \"{}\"",
+                users.display()
+            ),
+        ),
+    );
+    assert!(
+        s.wait_for_log(
+            "acme: a.test, www.a.test: certificate stored",
+            Duration::from_secs(90)
+        ),
+        "{:?}",
+        s.stderr()
+    );
+    // Everything else still asks for the password.
+    let r = s.get("/f");
+    assert_eq!(r.status, 401);
 }
