@@ -124,7 +124,7 @@ impl Resolver<'_> {
             return None;
         };
         let r = raw.get_ref();
-        let state_dir = self.path_of(&r.state_dir);
+        let state_dir = self.base.join(&r.state_dir);
         let renew_before = r
             .renew_before
             .map_or(std::time::Duration::from_secs(30 * 86_400), |s| s.0);
@@ -159,7 +159,7 @@ impl Resolver<'_> {
             use std::os::unix::fs::PermissionsExt;
             let _ = std::fs::set_permissions(&state_dir, std::fs::Permissions::from_mode(0o700));
         }
-        *self.acme_webroot.borrow_mut() = Some(webroot(&state_dir));
+        *self.acme_state.borrow_mut() = Some(state_dir.clone());
         let sites = vhosts
             .iter()
             .filter(|v| wants(v))
@@ -195,7 +195,7 @@ impl Resolver<'_> {
                 })
                 .collect(),
             state_dir,
-            ca_certificate: r.ca_certificate.as_deref().map(|p| self.path_of(p)),
+            ca_certificate: r.ca_certificate.as_deref().map(|p| self.base.join(p)),
             renew_before,
             retry,
             tls_alpn,
@@ -205,15 +205,18 @@ impl Resolver<'_> {
 
     /// Where TLS listeners find TLS-ALPN-01 answers, with `[acme]`.
     pub(crate) fn acme_alpn_answers(&self) -> Option<PathBuf> {
-        let webroot = self.acme_webroot.borrow();
-        Some(alpn_answers(webroot.as_ref()?.parent()?))
+        self.acme_state.borrow().as_deref().map(alpn_answers)
+    }
+
+    /// Where the challenge location's root is, with `[acme]`.
+    pub(crate) fn acme_webroot(&self) -> Option<PathBuf> {
+        self.acme_state.borrow().as_deref().map(webroot)
     }
 
     /// The stored certificate of an ACME site with these names.
     pub(crate) fn acme_files(&self, names: &[String]) -> Option<crate::TlsFiles> {
-        let webroot = self.acme_webroot.borrow();
-        let state_dir = webroot.as_ref()?.parent()?;
-        Some(site_files(state_dir, names))
+        let state_dir = self.acme_state.borrow();
+        Some(site_files(state_dir.as_deref()?, names))
     }
 }
 

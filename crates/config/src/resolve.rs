@@ -296,8 +296,8 @@ pub(crate) struct Resolver<'a> {
     pub(crate) failed_upstreams: std::cell::RefCell<Vec<String>>,
     /// htpasswd files read so far (locations naming the same file share it).
     pub(crate) htpasswd: std::cell::RefCell<Vec<(PathBuf, Arc<ramjet_auth::Htpasswd>)>>,
-    /// With `[acme]`: where HTTP-01 answers are written, served by every host.
-    pub(crate) acme_webroot: std::cell::RefCell<Option<PathBuf>>,
+    /// With `[acme]`: its state directory (the challenge answers are under it).
+    pub(crate) acme_state: std::cell::RefCell<Option<PathBuf>>,
 }
 
 impl<'a> Resolver<'a> {
@@ -309,7 +309,7 @@ impl<'a> Resolver<'a> {
             errors: Default::default(),
             failed_upstreams: Default::default(),
             htpasswd: Default::default(),
-            acme_webroot: Default::default(),
+            acme_state: Default::default(),
         }
     }
 
@@ -522,14 +522,14 @@ impl<'a> Resolver<'a> {
                 });
             }
         }
-        if let Some(webroot) = self.acme_webroot.borrow().as_ref() {
+        if let Some(webroot) = self.acme_webroot() {
             let here = |l: &RawLocation| {
                 l.path
                     .as_ref()
                     .is_some_and(|p| p.get_ref() == crate::acme::CHALLENGE_PATH)
             };
             if !raw.iter().any(here) {
-                raw.push(crate::acme::challenge_location(webroot));
+                raw.push(crate::acme::challenge_location(&webroot));
             }
         }
         let mut out: Vec<Location> = Vec::new();

@@ -3,7 +3,7 @@
 //! checked at load, so a bad certificate is an error of the configuration that names it
 //! (and a reload keeps the old one serving).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Deserialize;
 use toml::Spanned;
@@ -78,8 +78,8 @@ impl Resolver<'_> {
         }
         let provider = ramjet_tls::server::provider();
         let load = |t: &RawTls, span: std::ops::Range<usize>, key: &str| {
-            let c = self.path_of(&t.certificate);
-            let k = self.path_of(&t.key);
+            let c = self.base.join(&t.certificate);
+            let k = self.base.join(&t.key);
             self.keep(
                 ramjet_tls::load(&c, &k, &provider)
                     .map_err(|m| self.err(Some(span), &format!("{key}.tls"), m)),
@@ -176,18 +176,8 @@ impl Resolver<'_> {
     /// The files of a `tls` table, paths resolved.
     pub(crate) fn tls_files(&self, t: &RawTls) -> TlsFiles {
         TlsFiles {
-            certificate: self.path_of(&t.certificate),
-            key: self.path_of(&t.key),
-        }
-    }
-
-    /// A path as written, relative to the configuration file's directory.
-    pub(crate) fn path_of(&self, p: &str) -> PathBuf {
-        let p = Path::new(p);
-        if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            self.base.join(p)
+            certificate: self.base.join(&t.certificate),
+            key: self.base.join(&t.key),
         }
     }
 }

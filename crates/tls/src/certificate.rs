@@ -61,7 +61,7 @@ pub fn load(
         .key_provider
         .load_private_key(private)
         .map_err(|e| format!("key {key_name}: unusable: {e}"))?;
-    let (names, not_after) = leaf_facts(leaf)
+    let (names, not_after, expiry_date) = leaf_facts(leaf)
         .map_err(|e| format!("certificate {cert_name}: the first certificate: {e}"))?;
     let certified = CertifiedKey::new(chain, signing);
     certified
@@ -73,7 +73,7 @@ pub fn load(
     if not_after < now {
         return Err(format!(
             "certificate {cert_name} expired on {}",
-            httpdate_of(not_after)
+            expiry_date
         ));
     }
     Ok(Certificate {
@@ -83,8 +83,8 @@ pub fn load(
     })
 }
 
-/// The leaf's DNS names and expiry.
-fn leaf_facts(der: &CertificateDer<'_>) -> Result<(Vec<String>, i64), String> {
+/// The leaf's DNS names and expiry (seconds since the epoch, and its date for messages).
+fn leaf_facts(der: &CertificateDer<'_>) -> Result<(Vec<String>, i64, String), String> {
     let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref())
         .map_err(|e| format!("not a valid X.509 certificate: {e}"))?;
     let mut names = Vec::new();
@@ -95,38 +95,12 @@ fn leaf_facts(der: &CertificateDer<'_>) -> Result<(Vec<String>, i64), String> {
             }
         }
     }
-    Ok((names, cert.validity().not_after.timestamp()))
-}
-
-/// A Unix time as an HTTP date, for messages.
-fn httpdate_of(secs: i64) -> String {
-    let t = UNIX_EPOCH + std::time::Duration::from_secs(secs.max(0) as u64);
-    format!("{}", DateText(t))
-}
-
-struct DateText(SystemTime);
-
-impl std::fmt::Display for DateText {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let secs = self.0.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let days = secs / 86_400;
-        let (y, m, d) = civil_from_days(days as i64);
-        write!(f, "{y:04}-{m:02}-{d:02}")
-    }
-}
-
-/// Days since 1970-01-01 to (year, month, day) (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
+    let not_after = &cert.validity().not_after;
+    Ok((
+        names,
+        not_after.timestamp(),
+        not_after.to_datetime().date().to_string(),
+    ))
 }
 
 #[cfg(test)]

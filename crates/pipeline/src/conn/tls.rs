@@ -27,26 +27,11 @@ impl Conn {
         // The client's first record (its ClientHello), whole, before any work is done.
         loop {
             let first = &self.buf[self.start..];
-            let more = match ramjet_tls::sniff(first) {
-                First::NeedMore => true,
-                First::Tls => ramjet_tls::first_record_end(first)
-                    .is_none_or(|end| end <= MAX_FIRST_RECORD && first.len() < end),
-                First::PlainHttp | First::Other => false,
-            };
-            // Room for the whole first record, which may be larger than a request head.
-            if let Some(end) = ramjet_tls::first_record_end(first) {
-                let need = self.start + end.min(MAX_FIRST_RECORD);
-                if self.buf.capacity() > 0 && self.buf.capacity() < need {
-                    self.buf.reserve(need - self.buf.len());
-                }
-            }
-            match ramjet_tls::sniff(&self.buf[self.start..]) {
-                _ if more => {
-                    if !matches!(self.read_more(w, deadline, false).await, ReadOutcome::Data) {
-                        self.release(w);
-                        return None;
-                    }
-                }
+            let kind = ramjet_tls::sniff(first);
+            let end = ramjet_tls::first_record_end(first);
+            // Whole, or longer than TLS allows (not waited for: rustls refuses it at once).
+            let whole = end.is_some_and(|e| e > MAX_FIRST_RECORD || first.len() >= e);
+            match kind {
                 First::PlainHttp => {
                     tracing::debug!("{}: plain HTTP on a TLS port; answered 400", self.peer);
                     let r =
@@ -55,7 +40,20 @@ impl Conn {
                     self.answer_and_close(w, r).await;
                     return None;
                 }
-                First::Tls | First::Other | First::NeedMore => break,
+                First::Other => break,
+                First::Tls if whole => break,
+                First::Tls | First::NeedMore => {}
+            }
+            // Room for the whole first record, which may be larger than a request head.
+            if let Some(end) = end {
+                let need = self.start + end.min(MAX_FIRST_RECORD);
+                if self.buf.capacity() > 0 && self.buf.capacity() < need {
+                    self.buf.reserve(need - self.buf.len());
+                }
+            }
+            if !matches!(self.read_more(w, deadline, false).await, ReadOutcome::Data) {
+                self.release(w);
+                return None;
             }
         }
         // A turn among the worker's handshakes (within the same deadline), then one yield:

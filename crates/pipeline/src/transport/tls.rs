@@ -274,7 +274,7 @@ impl TlsStream {
                 _ => break,
             }
         }
-        let _ = rustix_shutdown(&self.tcp);
+        let _ = ramjet_runtime::sys::shutdown_write(&self.tcp);
     }
 
     pub(crate) fn poll_read(
@@ -348,7 +348,7 @@ impl TlsStream {
             tls.send_close_notify();
         }
         match self.poll_flush(cx) {
-            Poll::Ready(Ok(())) => Poll::Ready(rustix_shutdown(&self.tcp)),
+            Poll::Ready(Ok(())) => Poll::Ready(ramjet_runtime::sys::shutdown_write(&self.tcp)),
             other => other,
         }
     }
@@ -383,9 +383,4 @@ fn send_held(tls: &mut ServerConnection, tcp: &TcpStream) -> io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// shutdown(SHUT_WR) of the socket under a TLS session.
-fn rustix_shutdown(tcp: &TcpStream) -> io::Result<()> {
-    ramjet_runtime::sys::shutdown_write(tcp)
 }

@@ -86,6 +86,26 @@ fn pebble(dir: &Path, http_port: u16, tls_port: u16) -> (Vec<Killed>, String, u1
     (procs, url, mgmt, ca)
 }
 
+/// The root that signs pebble's certificates, from its management interface, as a file.
+fn issuing_root(dir: &Path, mgmt: u16) -> PathBuf {
+    let root = dir.join("root.pem");
+    let (ok, pem) = crate::curl(&["-k", &format!("https://127.0.0.1:{mgmt}/roots/0")]);
+    assert!(ok);
+    std::fs::write(&root, pem).unwrap();
+    root
+}
+
+/// `https://HOST:PORT/f` on 127.0.0.1 with curl, trusting only `root`.
+fn fetch_trusting(root: &Path, host: &str, port: u16) -> (bool, Vec<u8>) {
+    crate::curl(&[
+        "--cacert",
+        root.to_str().unwrap(),
+        "--resolve",
+        &format!("{host}:{port}:127.0.0.1"),
+        &format!("https://{host}:{port}/f"),
+    ])
+}
+
 fn config(http_port: u16, directory: &str, ca: &Path, state: &Path) -> String {
     config_with(0, http_port, directory, ca, state, "http-01")
 }
@@ -138,21 +158,9 @@ fn a_certificate_is_obtained_from_pebble_stored_and_reused_after_a_restart() {
         "{:?}",
         s.stderr()
     );
-    // The root that signed it, from pebble's management interface.
-    let root = work.path().join("root.pem");
-    let (ok, pem) = crate::curl(&["-k", &format!("https://127.0.0.1:{mgmt}/roots/0")]);
-    assert!(ok);
-    std::fs::write(&root, pem).unwrap();
+    let root = issuing_root(work.path(), mgmt);
     let port = s.tls_addr.unwrap().port();
-    let fetch = |host: &str| {
-        crate::curl(&[
-            "--cacert",
-            root.to_str().unwrap(),
-            "--resolve",
-            &format!("{host}:{port}:127.0.0.1"),
-            &format!("https://{host}:{port}/f"),
-        ])
-    };
+    let fetch = |host: &str| fetch_trusting(&root, host, port);
     // Served once the reload that follows has taken it.
     crate::poll_until(|| fetch("a.test").0.then_some(()));
     assert_eq!(fetch("www.a.test"), (true, b"secure".to_vec()));
@@ -168,13 +176,7 @@ fn a_certificate_is_obtained_from_pebble_stored_and_reused_after_a_restart() {
     std::fs::write(dir.path().join("root/f"), b"secure").unwrap();
     let s = Server::start(crate::BIN, dir, &config(http_port, &directory, &ca, &state));
     let port2 = s.tls_addr.unwrap().port();
-    let (ok, body) = crate::curl(&[
-        "--cacert",
-        root.to_str().unwrap(),
-        "--resolve",
-        &format!("a.test:{port2}:127.0.0.1"),
-        &format!("https://a.test:{port2}/f"),
-    ]);
+    let (ok, body) = fetch_trusting(&root, "a.test", port2);
     assert!(ok && body == b"secure");
     assert!(
         !s.stderr().iter().any(|l| l.contains("asking")),
@@ -249,19 +251,8 @@ fn tls_alpn_01_is_answered_on_the_tls_listener() {
         "answered an ACME tls-alpn-01 challenge",
         Duration::from_secs(5)
     ));
-    let root = work.path().join("root.pem");
-    let (ok, pem) = crate::curl(&["-k", &format!("https://127.0.0.1:{mgmt}/roots/0")]);
-    assert!(ok);
-    std::fs::write(&root, pem).unwrap();
-    let fetch = || {
-        crate::curl(&[
-            "--cacert",
-            root.to_str().unwrap(),
-            "--resolve",
-            &format!("a.test:{tls_port}:127.0.0.1"),
-            &format!("https://a.test:{tls_port}/f"),
-        ])
-    };
+    let root = issuing_root(work.path(), mgmt);
+    let fetch = || fetch_trusting(&root, "a.test", tls_port);
     crate::poll_until(|| fetch().0.then_some(()));
     assert_eq!(fetch().1, b"over alpn");
     // A client asking for acme-tls/1 and a name with no answer waiting gets no certificate.
