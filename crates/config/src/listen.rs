@@ -32,6 +32,9 @@ pub struct ListenTable {
     /// A TLS listener with this certificate (the default when no site's matches SNI), or
     /// `"acme"`: a TLS listener with only the sites' certificates.
     pub tls: Option<crate::tls::RawSiteTls>,
+    /// HTTP/2 on this listener (ALPN `h2` over TLS, prior knowledge in cleartext); on
+    /// unless `false`.
+    pub http2: Option<bool>,
 }
 
 impl<'de> Deserialize<'de> for RawListen {
@@ -63,24 +66,30 @@ impl RawListen {
     pub fn proxy_protocol(&self) -> bool {
         matches!(self, RawListen::Table(t) if t.proxy_protocol)
     }
+
+    /// HTTP/2 is served here (the default).
+    pub fn http2(&self) -> bool {
+        !matches!(self, RawListen::Table(t) if t.http2 == Some(false))
+    }
 }
 
 impl Resolver<'_> {
-    /// The addresses, and whether each expects a PROXY protocol header (bad entries are
-    /// noted and left out).
+    /// The addresses, whether each expects a PROXY protocol header, and whether each
+    /// serves HTTP/2 (bad entries are noted and left out).
     pub(crate) fn listen(
         &self,
         raw: Option<&[Spanned<RawListen>]>,
-    ) -> (Vec<SocketAddr>, Vec<bool>) {
+    ) -> (Vec<SocketAddr>, Vec<bool>, Vec<bool>) {
         let Some(list) = raw else {
             let any = vec![
                 SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
                 SocketAddr::from(([0u16; 8], DEFAULT_PORT)),
             ];
-            return (any, vec![false, false]);
+            return (any, vec![false, false], vec![true, true]);
         };
         let mut out = Vec::new();
         let mut proxy_protocol = Vec::new();
+        let mut http2 = Vec::new();
         for (i, a) in list.iter().enumerate() {
             let text = a.get_ref().address();
             let Some(addr) = self.keep(text.parse::<SocketAddr>().map_err(|_| {
@@ -96,6 +105,7 @@ impl Resolver<'_> {
             };
             out.push(addr);
             proxy_protocol.push(a.get_ref().proxy_protocol());
+            http2.push(a.get_ref().http2());
         }
         if list.is_empty() {
             self.keep::<()>(Err(self.err(
@@ -104,6 +114,6 @@ impl Resolver<'_> {
                 "needs at least one address".into(),
             )));
         }
-        (out, proxy_protocol)
+        (out, proxy_protocol, http2)
     }
 }

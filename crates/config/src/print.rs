@@ -80,12 +80,15 @@ impl Resolved {
             .map(|(i, a)| {
                 let tls = self.tls_files.get(i).and_then(Option::as_ref);
                 let acme = tls.is_none() && self.tls_of(i).is_some();
-                if !self.expects_proxy_header(i) && tls.is_none() && !acme {
+                if !self.expects_proxy_header(i) && tls.is_none() && !acme && self.http2_of(i) {
                     return text(&a.to_string());
                 }
                 let mut t = format!("{{ address = {}", text(&a.to_string()));
                 if self.expects_proxy_header(i) {
                     t.push_str(", proxy_protocol = true");
+                }
+                if !self.http2_of(i) {
+                    t.push_str(", http2 = false");
                 }
                 if let Some(f) = tls {
                     t.push_str(&format!(", tls = {}", tls_table(f)));

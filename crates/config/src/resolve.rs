@@ -343,7 +343,7 @@ impl<'a> Resolver<'a> {
 
     fn resolve(&self, raw: RawConfig) -> Result<Resolved, ConfigError> {
         // The server-wide sections, each resolved beside its type.
-        let (listen, proxy_protocol) = self.listen(raw.listen.as_deref());
+        let (listen, proxy_protocol, http2) = self.listen(raw.listen.as_deref());
         let workers = self.workers(raw.workers.as_ref());
         let (limits, send_rate) = self.limits(raw.limits.unwrap_or_default());
         let timeouts = crate::timeouts::resolve(raw.timeouts.unwrap_or_default());
@@ -482,6 +482,7 @@ impl<'a> Resolver<'a> {
             source: self.name.to_string(),
             listen,
             proxy_protocol,
+            http2,
             workers,
             pin_workers: raw.pin_workers.unwrap_or(false),
             limits,

@@ -20,6 +20,8 @@ pub struct Resolved {
     /// By listener index: whether its connections start with a PROXY protocol header
     /// (shorter than `listen` or empty: the rest do not).
     pub proxy_protocol: Vec<bool>,
+    /// By listener index: whether it serves HTTP/2 (shorter than `listen`: the rest do).
+    pub http2: Vec<bool>,
     pub workers: usize,
     pub pin_workers: bool,
     pub limits: Limits,
@@ -166,6 +168,12 @@ impl Resolved {
     /// protocol header.
     pub fn expects_proxy_header(&self, index: usize) -> bool {
         self.proxy_protocol.get(index).copied().unwrap_or(false)
+    }
+
+    /// Whether the sockets of `listen` entry `index` serve HTTP/2 (ALPN `h2` over TLS,
+    /// the connection preface in cleartext).
+    pub fn http2_of(&self, index: usize) -> bool {
+        self.http2.get(index).copied().unwrap_or(true)
     }
 
     /// The virtual host for a Host value (port ignored, case-insensitive).

@@ -55,11 +55,14 @@ pub struct TlsFiles {
     pub key: PathBuf,
 }
 
-/// What ALPN offers: HTTP/1.1.
-const ALPN: &[&[u8]] = &[b"http/1.1"];
+/// What ALPN offers, preferred first: HTTP/2, then HTTP/1.1 (the server's order decides).
+const ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
+/// On a listener with `http2 = false`.
+const ALPN_HTTP1: &[&[u8]] = &[b"http/1.1"];
 /// With `[acme]`: also the TLS-ALPN-01 challenge's protocol (only a client that offers
 /// nothing else gets it).
-const ALPN_WITH_ACME: &[&[u8]] = &[b"http/1.1", ramjet_tls::server::ACME_TLS_ALPN];
+const ALPN_WITH_ACME: &[&[u8]] = &[b"h2", b"http/1.1", ramjet_tls::server::ACME_TLS_ALPN];
+const ALPN_HTTP1_WITH_ACME: &[&[u8]] = &[b"http/1.1", ramjet_tls::server::ACME_TLS_ALPN];
 
 impl Resolver<'_> {
     /// One acceptor per `listen` entry that has `tls` (by entry index), with every vhost's
@@ -150,10 +153,11 @@ impl Resolver<'_> {
             out.push(
                 ramjet_tls::Acceptor::new(
                     s,
-                    if self.acme_alpn_answers().is_some() {
-                        ALPN_WITH_ACME
-                    } else {
-                        ALPN
+                    match (self.acme_alpn_answers().is_some(), l.get_ref().http2()) {
+                        (true, true) => ALPN_WITH_ACME,
+                        (true, false) => ALPN_HTTP1_WITH_ACME,
+                        (false, true) => ALPN,
+                        (false, false) => ALPN_HTTP1,
                     },
                 )
                 .map_err(|e| self.err(Some(l.span()), &format!("listen[{i}].tls"), e.to_string()))

@@ -13,6 +13,9 @@ pub const MAX_HEADERS: usize = 100;
 pub enum Version {
     Http10,
     Http11,
+    /// A request that came as an HTTP/2 stream (never parsed from a request line: the
+    /// connection layer sets it on the head it builds from the stream's fields).
+    Http2,
 }
 
 impl Version {
@@ -21,6 +24,7 @@ impl Version {
         match self {
             Version::Http10 => "HTTP/1.0",
             Version::Http11 => "HTTP/1.1",
+            Version::Http2 => "HTTP/2.0",
         }
     }
 }
@@ -252,7 +256,7 @@ fn read_fields<'b>(
         return Err(ErrorKind::BadRequest);
     }
     head.keep_alive = match head.version {
-        Version::Http11 => !f.close,
+        Version::Http11 | Version::Http2 => !f.close,
         Version::Http10 => f.keep_alive && !f.close,
     };
     head.framing = if f.transfer_encoding {

@@ -91,7 +91,7 @@ pub fn parse_response_head(buf: &[u8], to_head: bool) -> ResponseParse {
     };
     let keep_alive = !until_close
         && match version {
-            Version::Http11 => !close,
+            Version::Http11 | Version::Http2 => !close,
             Version::Http10 => keep_alive && !close,
         };
     ResponseParse::Complete(ResponseHead {

@@ -144,6 +144,11 @@ pub struct WorkerStats {
     pub tls_handshakes_done: Count,
     /// Completed handshakes that resumed a session (a ticket or a session id).
     pub tls_handshakes_resumed: Count,
+    /// HTTP/2 connections (past the preface and SETTINGS), streams they opened, and
+    /// connections closed as floods.
+    pub http2_connections: Count,
+    pub http2_streams: Count,
+    pub http2_floods: Count,
     upstreams: [UpstreamCounts; UPSTREAM_SLOTS],
     downloads: Mutex<Vec<(u64, Download)>>,
     next_download: Count,
@@ -169,6 +174,9 @@ impl WorkerStats {
             tls_handshakes: Count::new(),
             tls_handshakes_done: Count::new(),
             tls_handshakes_resumed: Count::new(),
+            http2_connections: Count::new(),
+            http2_streams: Count::new(),
+            http2_floods: Count::new(),
             upstreams: std::array::from_fn(|_| Default::default()),
             downloads: Mutex::new(Vec::new()),
             next_download: Count::new(),

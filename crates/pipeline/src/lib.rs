@@ -14,6 +14,7 @@ mod error_page;
 mod failure;
 pub mod filters;
 mod handoff;
+pub mod http2;
 mod outbox;
 mod park;
 mod request_body;

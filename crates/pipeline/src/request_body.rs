@@ -47,11 +47,13 @@ impl BodyError {
 /// A request's body, read on demand. Requests without a body hold no state. (The
 /// borrowed parts stay outside the `Cell`, so the type is covariant in `'r`.)
 pub struct RequestBody<'r> {
-    stream: &'r Transport,
+    stream: Option<&'r Transport>,
     /// Bytes after the head that were read with it.
     buffered: &'r [u8],
     has_body: bool,
     state: Cell<Option<Box<State>>>,
+    /// An HTTP/2 stream's body (its DATA frames), when the request came as one.
+    h2: Cell<Option<Box<crate::http2::StreamBody>>>,
 }
 
 impl std::fmt::Debug for RequestBody<'_> {
@@ -123,17 +125,34 @@ impl<'r> RequestBody<'r> {
             })
         });
         RequestBody {
-            stream,
+            stream: Some(stream),
             buffered,
             has_body: state.is_some(),
             state: Cell::new(state),
+            h2: Cell::new(None),
+        }
+    }
+
+    /// The body of an HTTP/2 stream (`None`: the HEADERS frame ended the stream).
+    pub(crate) fn http2(body: Option<crate::http2::StreamBody>) -> RequestBody<'r> {
+        RequestBody {
+            stream: None,
+            buffered: &[],
+            has_body: body.is_some(),
+            state: Cell::new(None),
+            h2: Cell::new(body.map(Box::new)),
         }
     }
 
     /// The next piece of the body, `Ok(None)` at its end (at once for a request without
     /// one). Pieces are as large as what has arrived, up to 64 KiB.
     pub async fn next(&self) -> Result<Option<Bytes>, BodyError> {
-        let Some(mut state) = self.state.take() else {
+        if let Some(mut h2) = self.h2.take() {
+            let piece = h2.next().await;
+            self.h2.set(Some(h2));
+            return piece;
+        }
+        let (Some(mut state), Some(stream)) = (self.state.take(), self.stream) else {
             // Either there is no body, or another call holds the state.
             return if self.has_body {
                 Err(BodyError::Busy)
@@ -141,13 +160,18 @@ impl<'r> RequestBody<'r> {
                 Ok(None)
             };
         };
-        let piece = state.next(self.stream, self.buffered).await;
+        let piece = state.next(stream, self.buffered).await;
         self.state.set(Some(state));
         piece
     }
 
     /// Hold the body to `max` bytes (the routed location's limit), before it is read.
     pub(crate) fn limit(&self, max: u64) -> Result<(), ramjet_http1::ErrorKind> {
+        if let Some(mut h2) = self.h2.take() {
+            let r = h2.limit(max);
+            self.h2.set(Some(h2));
+            return r;
+        }
         let Some(mut state) = self.state.take() else {
             return Ok(());
         };

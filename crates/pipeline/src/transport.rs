@@ -128,6 +128,11 @@ impl Transport {
 
     /// Whether the last bytes written could be sent by `sendfile` from the page cache
     /// (a plain socket), or go through user-space encryption.
+    /// A TLS session that chose HTTP/2 by ALPN.
+    pub(crate) fn is_h2(&self) -> bool {
+        matches!(self, Transport::Tls(t) if t.is_h2())
+    }
+
     pub(crate) fn is_tls(&self) -> bool {
         matches!(self, Transport::Tls(_))
     }
@@ -200,6 +205,21 @@ impl AsyncWrite for Transport {
             Transport::Plain(s) => Pin::new(s).poll_write(cx, buf),
             Transport::Tls(t) => t.poll_write(cx, buf),
         }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Transport::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Transport::Tls(t) => t.poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

@@ -157,6 +157,7 @@ pub(crate) fn head(
     let me: &[u8] = match head.version {
         Version::Http10 => b"1.0 ramjet",
         Version::Http11 => b"1.1 ramjet",
+        Version::Http2 => b"2 ramjet",
     };
     write_list(out, b"Via", &via, me);
     let chunked = match head.framing {

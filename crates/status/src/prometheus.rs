@@ -194,6 +194,21 @@ pub(crate) fn render(s: &Snapshot) -> String {
             "TLS handshakes completed by resuming a session.",
             s.tls_handshakes.2,
         ),
+        (
+            "ramjet_http2_connections_total",
+            "HTTP/2 connections (h2 by ALPN, or h2c by prior knowledge).",
+            s.http2.0,
+        ),
+        (
+            "ramjet_http2_streams_total",
+            "HTTP/2 streams (requests) opened.",
+            s.http2.1,
+        ),
+        (
+            "ramjet_http2_floods_total",
+            "HTTP/2 connections closed with GOAWAY as floods.",
+            s.http2.2,
+        ),
     ] {
         family(&mut o, name, "counter", help);
         let _ = writeln!(o, "{name} {v}");

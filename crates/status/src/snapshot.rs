@@ -97,6 +97,8 @@ pub struct Snapshot {
     pub handoff: Handoffs,
     /// TLS handshakes begun, completed, and completed by resuming a session.
     pub tls_handshakes: (u64, u64, u64),
+    /// HTTP/2 connections, streams, and connections closed as floods.
+    pub http2: (u64, u64, u64),
     pub locations: Vec<LocationCounts>,
     pub workers: Vec<WorkerCounts>,
     pub upstreams: Vec<UpstreamServerCounts>,
@@ -164,6 +166,7 @@ impl Snapshot {
         let mut body_bytes = 0;
         let mut handoff = Handoffs::default();
         let mut tls_handshakes = (0, 0, 0);
+        let mut http2 = (0, 0, 0);
         let mut per_worker = Vec::new();
         let mut downloads = Vec::new();
         for w in &workers {
@@ -198,6 +201,9 @@ impl Snapshot {
             tls_handshakes.0 += w.tls_handshakes.get();
             tls_handshakes.1 += w.tls_handshakes_done.get();
             tls_handshakes.2 += w.tls_handshakes_resumed.get();
+            http2.0 += w.http2_connections.get();
+            http2.1 += w.http2_streams.get();
+            http2.2 += w.http2_floods.get();
             per_worker.push(WorkerCounts {
                 worker: w.worker,
                 requests: w.requests_total(),
@@ -249,6 +255,7 @@ impl Snapshot {
             blocking_total,
             handoff,
             tls_handshakes,
+            http2,
             locations,
             workers: per_worker,
             upstreams,

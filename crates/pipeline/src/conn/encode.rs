@@ -19,7 +19,7 @@ pub(super) fn upgrade_of(response: &mut Response) -> Option<Box<dyn Tunnel>> {
 
 /// How a response body is delimited on the wire (RFC 9112 §6.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Framing {
+pub(crate) enum Framing {
     /// 1xx, 204, 304: no body, no length.
     None,
     Length(u64),
@@ -30,7 +30,7 @@ pub(super) enum Framing {
 }
 
 #[inline]
-pub(super) fn framing(r: &Response, version: Version) -> Framing {
+pub(crate) fn framing(r: &Response, version: Version) -> Framing {
     if matches!(r.status, 204 | 304) || r.status < 200 {
         return Framing::None;
     }
@@ -78,7 +78,7 @@ pub(super) fn queue<C: Content>(
 }
 
 /// Status line and fixed headers, then the response's own (RFC 9112 §6); `end_head` ends it.
-pub(super) fn encode_head(out: &mut Vec<u8>, r: &Response, date: &[u8], version: Version) {
+pub(crate) fn encode_head(out: &mut Vec<u8>, r: &Response, date: &[u8], version: Version) {
     if version == Version::Http11 {
         // A 1.0 client does not expect informational responses (RFC 9110 §15.2).
         if let Some(e) = &r.extras {
@@ -130,7 +130,7 @@ pub(super) fn end_head(out: &mut Vec<u8>, version: Version, keep: bool, framing:
 /// A location's own header fields and cache lifetime (nginx `add_header` and `expires`),
 /// for the statuses nginx adds them to; a response with its own `Cache-Control` keeps it.
 /// Written straight into the head: no allocation.
-pub(super) fn location_headers(
+pub(crate) fn location_headers(
     out: &mut Vec<u8>,
     r: &Response,
     h: &ResponseHeaders,

@@ -106,6 +106,9 @@ struct Conn {
     refuse: bool,
     /// Send rates of the location last answered from (`None`: none apply).
     throttle: Option<Box<RefCell<Throttle>>>,
+    /// The HTTP/2 connection preface may still come: no request yet, on a listener that
+    /// serves HTTP/2.
+    h2c: bool,
 }
 
 /// Where a connection stands (DESIGN.md §4.2: an enum, not flags). `Conn::serve` has one
@@ -159,6 +162,8 @@ enum Ended {
     /// Idle while the worker stops for an upgrade: the connection goes to the new process
     /// (`run` sends it, outside `serve`, whose future every connection holds).
     HandOver,
+    /// The client sent the HTTP/2 connection preface: `run` serves it as HTTP/2.
+    Http2,
 }
 
 /// Serve a connection until it closes (`None`) or has been idle long enough to be parked.
@@ -184,6 +189,7 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
         state: if resumed { State::Idle } else { State::New },
         refuse,
         throttle: None,
+        h2c: false,
     };
     if resumed {
         // Bytes another process read before handing the connection over (an upgrade):
@@ -205,7 +211,15 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
             .cloned()
         {
             conn = Box::pin(conn.into_tls(w, acceptor)).await?;
+            if conn.stream.is_h2() {
+                conn.release(w);
+                Box::pin(crate::http2::serve(w, conn.stream, Vec::new(), peer, listener)).await;
+                return None;
+            }
         }
+        conn.h2c = w
+            .listen_entry(listener)
+            .is_none_or(|e| conn.generation.config.http2_of(e));
     }
     // Matched at once: no `Ended` lives across the hand-over's await (every connection's
     // future would carry it).
@@ -237,12 +251,19 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
             conn.release(w);
             None
         }
+        Ended::Http2 => {
+            let prefix = conn.buf[conn.start..].to_vec();
+            conn.release(w);
+            Box::pin(crate::http2::serve(w, conn.stream, prefix, peer, listener)).await;
+            None
+        }
     }
 }
 
 mod closing;
 mod encode;
-use encode::{encode_head, end_head, framing, queue, too_many, upgrade_of};
+pub(crate) use encode::{encode_head, framing, location_headers, Framing};
+use encode::{end_head, queue, too_many, upgrade_of};
 mod handoff;
 mod reading;
 mod requests;

@@ -69,6 +69,13 @@ impl Conn {
                         }
                         continue 'requests;
                     }
+                    Parse::Invalid(_)
+                        if self.h2c
+                            && self.buf[self.start..].starts_with(&crate::http2::PREFACE[..16]) =>
+                    {
+                        // "PRI * HTTP/2.0": HTTP/2 by prior knowledge.
+                        return Ended::Http2;
+                    }
                     Parse::Invalid(kind) => {
                         self.fail(w, kind.status(), Version::Http11);
                         let _ = self.flush(w).await;
@@ -76,6 +83,7 @@ impl Conn {
                         return Ended::Closed;
                     }
                     Parse::Complete(head) => {
+                        self.h2c = false;
                         let started = self.read_at;
                         let (response, body, location) =
                             match BodyDecoder::new(head.framing, config.limits.max_body_any) {

@@ -87,6 +87,11 @@ impl TlsStream {
         self.tls.borrow().alpn_protocol() == Some(ramjet_tls::server::ACME_TLS_ALPN)
     }
 
+    /// The client and the server agreed on HTTP/2 (ALPN `h2`).
+    pub(crate) fn is_h2(&self) -> bool {
+        self.tls.borrow().alpn_protocol() == Some(b"h2")
+    }
+
     /// The handshake resumed an earlier session.
     pub(crate) fn resumed(&self) -> bool {
         self.tls.borrow().handshake_kind() == Some(ramjet_tls::rustls::HandshakeKind::Resumed)
@@ -316,6 +321,14 @@ impl TlsStream {
 
     pub(crate) fn poll_write(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         self.poll_until_taken(cx, || self.try_writev(&[IoSlice::new(buf)]))
+    }
+
+    pub(crate) fn poll_write_vectored(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.poll_until_taken(cx, || self.try_writev(bufs))
     }
 
     pub(crate) fn poll_flush(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

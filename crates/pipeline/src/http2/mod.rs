@@ -1,0 +1,166 @@
+//! HTTP/2 (RFC 9113): a connection that began with the client preface in cleartext (prior
+//! knowledge, "h2c") or chose `h2` by ALPN. The frames, HPACK, flow control and stream
+//! states are the h2 crate's; this module runs each stream through the same stages as an
+//! HTTP/1 request (`stream.rs`), sends responses within the client's windows (`send.rs`),
+//! reads request bodies (`body.rs`), meters what the client sends for floods (`meter.rs`,
+//! on the bytes `io.rs` passes to h2), and ends the connection with GOAWAY when it has
+//! been idle for `timeouts.keepalive`, when the server stops, or on a flood.
+
+mod body;
+mod io;
+pub mod meter;
+mod send;
+mod stream;
+
+pub(crate) use body::StreamBody;
+pub(crate) use meter::PREFACE;
+
+use std::future::{poll_fn, Future};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::Poll;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use h2::Reason;
+use tokio::time::Instant;
+
+use crate::content::Content;
+use crate::transport::Transport;
+use crate::worker::HttpWorker;
+
+/// Streams a client may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS; nginx and
+/// h2o: 128 and 100).
+const MAX_STREAMS: u32 = 128;
+/// The window of each stream for request bodies (SETTINGS_INITIAL_WINDOW_SIZE).
+const STREAM_WINDOW: u32 = 1 << 20;
+/// The connection's window for request bodies.
+const CONNECTION_WINDOW: u32 = 4 << 20;
+/// Bytes a stream may have queued in h2 beyond what the socket took.
+const SEND_BUFFER: usize = 256 * 1024;
+/// Largest frame the server accepts (SETTINGS_MAX_FRAME_SIZE).
+const MAX_FRAME: u32 = 1 << 20;
+/// After a flood's GOAWAY, how long the connection may take to end.
+const FLOOD_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+
+type StreamTask<'w> = Pin<Box<dyn Future<Output = ()> + 'w>>;
+
+/// Serve an HTTP/2 connection on `transport` until it ends. `prefix`: the bytes already
+/// read from it (the preface, and maybe more frames).
+pub(crate) async fn serve<C: Content>(
+    w: &HttpWorker<C>,
+    transport: Transport,
+    prefix: Vec<u8>,
+    peer: SocketAddr,
+    listener: u16,
+) {
+    let mut gen = w.current();
+    let mut seen = w.generation.get();
+    let io = io::Io::new(transport, prefix);
+    let flood = io.flood.clone();
+    let info = stream::ConnInfo {
+        peer,
+        listener: w.listener(listener),
+        secure: io.transport().is_tls(),
+    };
+    let timeouts = gen.config.timeouts.clone();
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(MAX_STREAMS)
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_frame_size(MAX_FRAME)
+        .max_send_buffer_size(SEND_BUFFER)
+        .max_header_list_size(gen.config.limits.http1.max_head as u32);
+    let mut conn = match tokio::time::timeout(timeouts.header, builder.handshake(io)).await {
+        Ok(Ok(c)) => c,
+        _ => return,
+    };
+    w.stats.http2_connections.add(1);
+    let mut streams: FuturesUnordered<StreamTask<'_>> = FuturesUnordered::new();
+    let idle = tokio::time::sleep(timeouts.keepalive);
+    tokio::pin!(idle);
+    let shutdown = w.shutdown.notified();
+    tokio::pin!(shutdown);
+    shutdown.as_mut().enable();
+    let mut going_away = false;
+    let mut flooded: Option<Instant> = None;
+    enum Event<T> {
+        Accepted(Option<Result<T, h2::Error>>),
+        Idle,
+        Stop,
+        Flood(meter::Flood),
+        FloodOver,
+    }
+    loop {
+        if w.stopping.get() && !going_away {
+            conn.graceful_shutdown();
+            going_away = true;
+        }
+        let event = poll_fn(|cx| {
+            if flooded.is_none() {
+                if let Some(f) = flood.get() {
+                    return Poll::Ready(Event::Flood(f));
+                }
+            }
+            let mut finished = false;
+            while let Poll::Ready(Some(())) = streams.poll_next_unpin(cx) {
+                finished = true;
+            }
+            if let Poll::Ready(a) = conn.poll_accept(cx) {
+                return Poll::Ready(Event::Accepted(a));
+            }
+            if flooded.is_none() {
+                if let Some(f) = flood.get() {
+                    return Poll::Ready(Event::Flood(f));
+                }
+            }
+            if let Some(at) = flooded {
+                if at.elapsed() >= FLOOD_LINGER {
+                    return Poll::Ready(Event::FloodOver);
+                }
+            }
+            if !going_away && shutdown.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Event::Stop);
+            }
+            if streams.is_empty() && !going_away {
+                if finished {
+                    idle.as_mut().reset(Instant::now() + timeouts.keepalive);
+                }
+                if idle.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Event::Idle);
+                }
+            } else if flooded.is_some() && idle.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Event::FloodOver);
+            }
+            Poll::Pending
+        })
+        .await;
+        match event {
+            Event::Accepted(Some(Ok((request, respond)))) => {
+                if w.generation.get() != seen {
+                    gen = w.current();
+                    seen = w.generation.get();
+                }
+                w.stats.http2_streams.add(1);
+                streams.push(Box::pin(stream::serve(w, gen.clone(), request, respond, info)));
+            }
+            Event::Accepted(Some(Err(e))) => {
+                tracing::debug!("{peer}: HTTP/2 connection ended: {e}");
+                break;
+            }
+            Event::Accepted(None) | Event::FloodOver => break,
+            Event::Idle | Event::Stop => {
+                conn.graceful_shutdown();
+                going_away = true;
+            }
+            Event::Flood(f) => {
+                tracing::warn!("{peer}: {}: closing the connection (GOAWAY)", f.as_str());
+                w.stats.http2_floods.add(1);
+                conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
+                going_away = true;
+                flooded = Some(Instant::now());
+                idle.as_mut().reset(Instant::now() + FLOOD_LINGER);
+            }
+        }
+    }
+}

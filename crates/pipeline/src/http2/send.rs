@@ -1,0 +1,241 @@
+//! A response on a stream: its head as HTTP/2 fields (from the same encoder as HTTP/1's,
+//! so a location's headers and lifetimes are the same), its body as DATA frames within
+//! the windows the client opens.
+
+use std::future::poll_fn;
+use std::time::Duration;
+
+use bytes::Bytes;
+use h2::SendStream;
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use ramjet_config::ResponseHeaders;
+use ramjet_http1::Version;
+
+use crate::conn::{encode_head, framing, location_headers, Framing};
+use crate::response::{Body, Part, Response};
+
+/// Most bytes of a file read for one DATA run (the window may grant less).
+const FILE_PIECE: usize = 256 * 1024;
+
+/// Fields that belong to one HTTP/1 connection and have no place in HTTP/2 (RFC 9113
+/// §8.2.2).
+fn connection_specific(name: &[u8]) -> bool {
+    [
+        &b"connection"[..],
+        b"keep-alive",
+        b"proxy-connection",
+        b"transfer-encoding",
+        b"upgrade",
+    ]
+    .iter()
+    .any(|n| n.eq_ignore_ascii_case(name))
+}
+
+/// Parse `Name: value\r\n` lines into `map` (lines that are not fields, and fields HTTP/2
+/// forbids, are left out).
+pub(super) fn fields_into(block: &[u8], map: &mut HeaderMap) {
+    for line in block.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            continue;
+        };
+        let name = &line[..colon];
+        if connection_specific(name) {
+            continue;
+        }
+        let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name),
+            HeaderValue::from_bytes(line[colon + 1..].trim_ascii()),
+        ) else {
+            continue;
+        };
+        map.append(name, value);
+    }
+}
+
+/// The response head for `r`: status, `server`, `date`, the response's fields, the
+/// location's (`extra`), and `content-length` when the body's length is known.
+pub(super) fn head(
+    r: &Response,
+    date: &[u8],
+    unix_secs: u64,
+    extra: Option<&ResponseHeaders>,
+) -> http::Response<()> {
+    let mut block = Vec::with_capacity(256);
+    encode_head(&mut block, r, date, Version::Http2);
+    if let Some(h) = extra {
+        location_headers(&mut block, r, h, unix_secs);
+    }
+    let mut out = http::Response::new(());
+    *out.status_mut() =
+        http::StatusCode::from_u16(r.status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    // The first line is HTTP/1's status line.
+    let fields = block
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(&block[..0], |at| &block[at + 1..]);
+    fields_into(fields, out.headers_mut());
+    if let Framing::Length(n) = framing(r, Version::Http2) {
+        out.headers_mut()
+            .insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    out
+}
+
+/// Why a body stopped short.
+#[derive(Debug)]
+pub(super) enum Stopped {
+    /// The client reset the stream or the connection ended.
+    Gone,
+    /// The client opened no window for `timeouts.send`.
+    Stalled,
+    /// The body's source failed (a backend, a file that shrank).
+    Source,
+}
+
+/// Send `body` on `tx`, ending the stream; returns the bytes sent.
+pub(super) async fn body(
+    tx: &mut SendStream<Bytes>,
+    body: Body,
+    idle: Duration,
+    sent: &mut u64,
+) -> Result<(), Stopped> {
+    match body {
+        Body::Empty | Body::Upgrade(_) => end(tx),
+        Body::Bytes(b) => bytes(tx, b, true, idle, sent).await,
+        Body::File { file, offset, len } => {
+            self::file(tx, &file, offset, len, true, idle, sent).await
+        }
+        Body::Parts(parts) if parts.is_empty() => end(tx),
+        Body::Parts(parts) => {
+            let last = parts.len() - 1;
+            for (i, p) in parts.into_iter().enumerate() {
+                match p {
+                    Part::Bytes(b) => bytes(tx, b, i == last, idle, sent).await?,
+                    Part::File { file, offset, len } => {
+                        self::file(tx, &file, offset, len, i == last, idle, sent).await?
+                    }
+                }
+            }
+            Ok(())
+        }
+        Body::Stream(mut source) => {
+            let declared = source.length();
+            loop {
+                match poll_fn(|cx| source.poll_next(cx)).await {
+                    None => break,
+                    Some(Err(_)) => return Err(Stopped::Source),
+                    Some(Ok(piece)) => {
+                        if declared.is_some_and(|d| *sent + piece.len() as u64 > d) {
+                            return Err(Stopped::Source);
+                        }
+                        bytes(tx, piece, false, idle, sent).await?;
+                    }
+                }
+            }
+            if declared.is_some_and(|d| *sent != d) {
+                return Err(Stopped::Source);
+            }
+            match source.trailers() {
+                Some(block) => {
+                    let mut map = HeaderMap::new();
+                    fields_into(&block, &mut map);
+                    tx.send_trailers(map).map_err(|_| Stopped::Gone)
+                }
+                None => end(tx),
+            }
+        }
+    }
+}
+
+fn end(tx: &mut SendStream<Bytes>) -> Result<(), Stopped> {
+    tx.send_data(Bytes::new(), true).map_err(|_| Stopped::Gone)
+}
+
+/// Wait until the stream may send some of `want` bytes; how many.
+async fn capacity(
+    tx: &mut SendStream<Bytes>,
+    want: usize,
+    idle: Duration,
+) -> Result<usize, Stopped> {
+    tx.reserve_capacity(want);
+    loop {
+        let now = tx.capacity();
+        if now > 0 {
+            return Ok(now.min(want));
+        }
+        match tokio::time::timeout(idle, poll_fn(|cx| tx.poll_capacity(cx))).await {
+            Err(_) => return Err(Stopped::Stalled),
+            Ok(None) | Ok(Some(Err(_))) => return Err(Stopped::Gone),
+            Ok(Some(Ok(_))) => {}
+        }
+    }
+}
+
+async fn bytes(
+    tx: &mut SendStream<Bytes>,
+    mut b: Bytes,
+    last: bool,
+    idle: Duration,
+    sent: &mut u64,
+) -> Result<(), Stopped> {
+    if b.is_empty() {
+        return if last { end(tx) } else { Ok(()) };
+    }
+    while !b.is_empty() {
+        let n = capacity(tx, b.len(), idle).await?;
+        let piece = b.split_to(n);
+        *sent += n as u64;
+        tx.send_data(piece, last && b.is_empty())
+            .map_err(|_| Stopped::Gone)?;
+    }
+    Ok(())
+}
+
+/// A file range, read as the windows allow: from the page cache on the event loop when
+/// it is there, else on the blocking pool (the loop never waits for the disk).
+async fn file(
+    tx: &mut SendStream<Bytes>,
+    file: &std::sync::Arc<std::fs::File>,
+    mut offset: u64,
+    len: u64,
+    last: bool,
+    idle: Duration,
+    sent: &mut u64,
+) -> Result<(), Stopped> {
+    use std::os::unix::fs::FileExt;
+    let end_at = offset + len;
+    if len == 0 {
+        return if last { end(tx) } else { Ok(()) };
+    }
+    while offset < end_at {
+        let want = ((end_at - offset) as usize).min(FILE_PIECE);
+        let n = capacity(tx, want, idle).await?;
+        let piece = if ramjet_runtime::sys::is_resident(file, offset, n as u64) {
+            let mut buf = vec![0u8; n];
+            let got = file.read_at(&mut buf, offset).map_err(|_| Stopped::Source)?;
+            buf.truncate(got);
+            buf
+        } else {
+            let f = file.clone();
+            ramjet_observe::stats::blocking(move || {
+                let mut buf = vec![0u8; n];
+                let got = f.read_at(&mut buf, offset)?;
+                buf.truncate(got);
+                Ok::<_, std::io::Error>(buf)
+            })
+            .await
+            .map_err(|_| Stopped::Source)?
+            .map_err(|_| Stopped::Source)?
+        };
+        if piece.is_empty() {
+            // The file shrank under its head: the body cannot be what it promised.
+            return Err(Stopped::Source);
+        }
+        offset += piece.len() as u64;
+        *sent += piece.len() as u64;
+        tx.send_data(Bytes::from(piece), last && offset == end_at)
+            .map_err(|_| Stopped::Gone)?;
+    }
+    Ok(())
+}
