@@ -63,7 +63,7 @@ impl std::fmt::Debug for RequestBody<'_> {
 }
 
 /// Where the reading is: lives in the `Cell` while no `next` runs.
-struct State {
+pub(crate) struct State {
     used: usize,
     decoder: BodyDecoder,
     /// Bytes read from the socket once `buffered` was used up, and how many are decoded.
@@ -79,7 +79,11 @@ struct State {
 
 /// What the pipeline takes back after the producer: the reading state, boxed as it was
 /// (one pointer in the connection's state; only requests with a body have one).
-pub(crate) struct Finished(Box<State>);
+pub(crate) enum Finished {
+    Http1(Box<State>),
+    /// An HTTP/2 stream's body, to be read to its end before the answer goes out.
+    Http2(Box<crate::http2::StreamBody>),
+}
 
 impl Finished {
     /// Put back what the body reading took from the connection's buffer `buf` (unparsed
@@ -87,15 +91,22 @@ impl Finished {
     /// socket (all buffered bytes used), replace the rest with the bytes it read past the
     /// body's end. Returns the decoder (to drain what is left) and whether 100 Continue
     /// was sent.
-    pub(crate) fn give_back(self, buf: &mut Vec<u8>, start: &mut usize) -> (BodyDecoder, bool) {
-        let st = *self.0;
+    pub(crate) fn give_back(
+        self,
+        buf: &mut Vec<u8>,
+        start: &mut usize,
+    ) -> Option<(BodyDecoder, bool)> {
+        let Finished::Http1(st) = self else {
+            return None;
+        };
+        let st = *st;
         if st.read_socket {
             buf.truncate(*start);
             buf.extend_from_slice(&st.extra[st.extra_at..]);
         } else {
             *start += st.used;
         }
-        (st.decoder, st.continued)
+        Some((st.decoder, st.continued))
     }
 }
 
@@ -183,7 +194,10 @@ impl<'r> RequestBody<'r> {
     /// Hand the reading state back to the pipeline; `None` for a request without a body.
     #[inline]
     pub(crate) fn finish(self) -> Option<Finished> {
-        self.state.into_inner().map(Finished)
+        if let Some(h2) = self.h2.into_inner() {
+            return Some(Finished::Http2(h2));
+        }
+        self.state.into_inner().map(Finished::Http1)
     }
 }
 

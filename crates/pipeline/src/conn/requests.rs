@@ -76,6 +76,14 @@ impl Conn {
                         // "PRI * HTTP/2.0": HTTP/2 by prior knowledge.
                         return Ended::Http2;
                     }
+                    Parse::Invalid(_) if self.h2c && not_http(&self.buf[self.start..]) => {
+                        // The first line names no HTTP version at all: neither an HTTP/1
+                        // request nor the HTTP/2 preface. Nothing is answered in a
+                        // protocol the client does not speak (RFC 9113 §3.4: an invalid
+                        // preface ends the connection).
+                        tracing::debug!("{}: not HTTP; closed", self.peer);
+                        return Ended::Closed;
+                    }
                     Parse::Invalid(kind) => {
                         self.fail(w, kind.status(), Version::Http11);
                         let _ = self.flush(w).await;
@@ -226,7 +234,7 @@ impl Conn {
         expect_continue: bool,
     ) -> Option<(BodyDecoder, bool)> {
         let read = body.ok().flatten()?;
-        let (decoder, continued) = read.give_back(&mut self.buf, &mut self.start);
+        let (decoder, continued) = read.give_back(&mut self.buf, &mut self.start)?;
         (!decoder.is_done()).then_some((decoder, expect_continue && !continued))
     }
 
@@ -254,5 +262,28 @@ impl Conn {
             upstream: None,
             slot: 0,
         }
+    }
+}
+
+/// A complete first line whose last word is not `HTTP/...`: not an HTTP/1 request line.
+fn not_http(input: &[u8]) -> bool {
+    let Some(end) = input.iter().position(|&b| b == b'\n') else {
+        return false;
+    };
+    let line = input[..end].strip_suffix(b"\r").unwrap_or(&input[..end]);
+    let last = line.rsplit(|&b| b == b' ').next().unwrap_or(line);
+    !last.starts_with(b"HTTP/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::not_http;
+
+    #[test]
+    fn what_is_not_http() {
+        assert!(not_http(b"INVALID CONNECTION PREFACE\r\n\r\n"));
+        assert!(!not_http(b"GET / HTTP/1.1\r\n"));
+        assert!(!not_http(b"GET / HTTP/3.0\r\n"));
+        assert!(!not_http(b"INVALID CONNECTION"));
     }
 }

@@ -42,6 +42,25 @@ impl StreamBody {
         }
     }
 
+    /// Read what the handler left of the body to the stream's end (trailers included),
+    /// within the body limit: `false` if the client broke the stream (a reset, a
+    /// malformed trailer section, a length that does not match): it gets no answer.
+    pub(crate) async fn drain(&mut self) -> bool {
+        loop {
+            match self.next().await {
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                // Too long to wait for: answer now (the stream is reset after the answer).
+                Err(BodyError::TooLarge) | Err(BodyError::Timeout) => return true,
+                Err(_) => return false,
+            }
+        }
+        matches!(
+            tokio::time::timeout(self.idle, self.recv.trailers()).await,
+            Ok(Ok(_))
+        )
+    }
+
     /// The next DATA payload, `None` at the end of the stream. The connection's and the
     /// stream's windows are opened again by what was taken, so the client sends on as
     /// the handler reads (and no faster).

@@ -37,8 +37,6 @@ const STREAM_WINDOW: u32 = 1 << 20;
 const CONNECTION_WINDOW: u32 = 4 << 20;
 /// Bytes a stream may have queued in h2 beyond what the socket took.
 const SEND_BUFFER: usize = 256 * 1024;
-/// Largest frame the server accepts (SETTINGS_MAX_FRAME_SIZE).
-const MAX_FRAME: u32 = 1 << 20;
 /// After a flood's GOAWAY, how long the connection may take to end.
 const FLOOD_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -68,7 +66,6 @@ pub(crate) async fn serve<C: Content>(
         .max_concurrent_streams(MAX_STREAMS)
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
-        .max_frame_size(MAX_FRAME)
         .max_send_buffer_size(SEND_BUFFER)
         .max_header_list_size(gen.config.limits.http1.max_head as u32);
     let mut conn = match tokio::time::timeout(timeouts.header, builder.handshake(io)).await {
@@ -84,8 +81,9 @@ pub(crate) async fn serve<C: Content>(
     shutdown.as_mut().enable();
     let mut going_away = false;
     let mut flooded: Option<Instant> = None;
-    enum Event<T> {
-        Accepted(Option<Result<T, h2::Error>>),
+    enum Event {
+        /// The connection ended (`None`: closed; an error: h2 sent its GOAWAY).
+        Ended(Option<Result<(), h2::Error>>),
         Idle,
         Stop,
         Flood(meter::Flood),
@@ -97,22 +95,40 @@ pub(crate) async fn serve<C: Content>(
             going_away = true;
         }
         let event = poll_fn(|cx| {
-            if flooded.is_none() {
-                if let Some(f) = flood.get() {
-                    return Poll::Ready(Event::Flood(f));
+            // Every frame that has arrived is read before any stream runs: a request's
+            // later frames (its trailers, a reset) are known before it is answered, and
+            // all the requests of one read are accepted before the first answer is sent.
+            let accepted = loop {
+                if flooded.is_none() {
+                    if let Some(f) = flood.get() {
+                        break Some(Event::Flood(f));
+                    }
                 }
-            }
+                match conn.poll_accept(cx) {
+                    Poll::Ready(Some(Ok((request, respond)))) => {
+                        if w.generation.get() != seen {
+                            gen = w.current();
+                            seen = w.generation.get();
+                        }
+                        w.stats.http2_streams.add(1);
+                        streams.push(Box::pin(stream::serve(
+                            w,
+                            gen.clone(),
+                            request,
+                            respond,
+                            info,
+                        )));
+                    }
+                    Poll::Ready(other) => break Some(Event::Ended(other.map(|r| r.map(|_| ())))),
+                    Poll::Pending => break None,
+                }
+            };
             let mut finished = false;
             while let Poll::Ready(Some(())) = streams.poll_next_unpin(cx) {
                 finished = true;
             }
-            if let Poll::Ready(a) = conn.poll_accept(cx) {
-                return Poll::Ready(Event::Accepted(a));
-            }
-            if flooded.is_none() {
-                if let Some(f) = flood.get() {
-                    return Poll::Ready(Event::Flood(f));
-                }
+            if let Some(e) = accepted {
+                return Poll::Ready(e);
             }
             if let Some(at) = flooded {
                 if at.elapsed() >= FLOOD_LINGER {
@@ -136,19 +152,11 @@ pub(crate) async fn serve<C: Content>(
         })
         .await;
         match event {
-            Event::Accepted(Some(Ok((request, respond)))) => {
-                if w.generation.get() != seen {
-                    gen = w.current();
-                    seen = w.generation.get();
-                }
-                w.stats.http2_streams.add(1);
-                streams.push(Box::pin(stream::serve(w, gen.clone(), request, respond, info)));
-            }
-            Event::Accepted(Some(Err(e))) => {
+            Event::Ended(Some(Err(e))) => {
                 tracing::debug!("{peer}: HTTP/2 connection ended: {e}");
                 break;
             }
-            Event::Accepted(None) | Event::FloodOver => break,
+            Event::Ended(_) | Event::FloodOver => break,
             Event::Idle | Event::Stop => {
                 conn.graceful_shutdown();
                 going_away = true;

@@ -15,7 +15,7 @@ use super::body::StreamBody;
 use super::send;
 use crate::content::Content;
 use crate::error_page::{customise, error_response};
-use crate::request_body::RequestBody;
+use crate::request_body::{Finished, RequestBody};
 use crate::response::Response;
 use crate::stage;
 use crate::worker::{Generation, HttpWorker};
@@ -156,7 +156,14 @@ pub(super) async fn serve<C: Content>(
     let extra = location.and_then(|l| l.response_headers.as_deref());
     let slot = location.map_or(0, |l| l.metrics);
     let line = log_line(&head);
-    let _ = body_result;
+    if let Ok(Some(Finished::Http2(mut rest))) = body_result {
+        // The request is read to its end before it is answered, as an HTTP/1 connection
+        // reads a body before the next request: a stream the client breaks later (a bad
+        // trailer section, a wrong length, a reset) gets its error, not an answer.
+        if !rest.drain().await {
+            return;
+        }
+    }
     let head_only = head.method == Method::Head;
     let logged = Logged {
         host: head.host,
