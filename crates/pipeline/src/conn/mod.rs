@@ -213,7 +213,14 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
             conn = Box::pin(conn.into_tls(w, acceptor)).await?;
             if conn.stream.is_h2() {
                 conn.release(w);
-                Box::pin(crate::http2::serve(w, conn.stream, Vec::new(), peer, listener)).await;
+                Box::pin(crate::http2::serve(
+                    w,
+                    conn.stream,
+                    Vec::new(),
+                    peer,
+                    listener,
+                ))
+                .await;
                 return None;
             }
         }

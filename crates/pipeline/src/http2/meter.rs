@@ -135,7 +135,13 @@ impl Meter {
         Ok(())
     }
 
-    fn frame(&mut self, kind: u8, flags: u8, len: usize, now: &impl Fn() -> Instant) -> Result<(), Flood> {
+    fn frame(
+        &mut self,
+        kind: u8,
+        flags: u8,
+        len: usize,
+        now: &impl Fn() -> Instant,
+    ) -> Result<(), Flood> {
         if kind == CONTINUATION {
             self.continuation += 1;
             if self.continuation > self.limits.continuation {
@@ -184,7 +190,17 @@ mod tests {
 
     fn frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
         let len = payload.len();
-        let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags, 0, 0, 0, 1];
+        let mut f = vec![
+            (len >> 16) as u8,
+            (len >> 8) as u8,
+            len as u8,
+            kind,
+            flags,
+            0,
+            0,
+            0,
+            1,
+        ];
         f.extend_from_slice(payload);
         f
     }

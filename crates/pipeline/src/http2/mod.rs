@@ -39,6 +39,9 @@ const CONNECTION_WINDOW: u32 = 4 << 20;
 const SEND_BUFFER: usize = 256 * 1024;
 /// After a flood's GOAWAY, how long the connection may take to end.
 const FLOOD_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+/// After a GOAWAY with no stream left, how long the client has to answer h2's PING (the
+/// second GOAWAY follows it) and close; then the connection is dropped.
+const GOAWAY_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 type StreamTask<'w> = Pin<Box<dyn Future<Output = ()> + 'w>>;
 
@@ -60,7 +63,7 @@ pub(crate) async fn serve<C: Content>(
         listener: w.listener(listener),
         secure: io.transport().is_tls(),
     };
-    let timeouts = gen.config.timeouts.clone();
+    let timeouts = gen.config.timeouts;
     let mut builder = h2::server::Builder::new();
     builder
         .max_concurrent_streams(MAX_STREAMS)
@@ -87,12 +90,14 @@ pub(crate) async fn serve<C: Content>(
         Idle,
         Stop,
         Flood(meter::Flood),
-        FloodOver,
+        /// A connection that was told to go away has had its time.
+        Over,
     }
     loop {
         if w.stopping.get() && !going_away {
             conn.graceful_shutdown();
             going_away = true;
+            idle.as_mut().reset(Instant::now() + GOAWAY_GRACE);
         }
         let event = poll_fn(|cx| {
             // Every frame that has arrived is read before any stream runs: a request's
@@ -132,21 +137,26 @@ pub(crate) async fn serve<C: Content>(
             }
             if let Some(at) = flooded {
                 if at.elapsed() >= FLOOD_LINGER {
-                    return Poll::Ready(Event::FloodOver);
+                    return Poll::Ready(Event::Over);
                 }
             }
             if !going_away && shutdown.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(Event::Stop);
             }
-            if streams.is_empty() && !going_away {
+            if streams.is_empty() {
                 if finished {
-                    idle.as_mut().reset(Instant::now() + timeouts.keepalive);
+                    let wait = if going_away {
+                        GOAWAY_GRACE
+                    } else {
+                        timeouts.keepalive
+                    };
+                    idle.as_mut().reset(Instant::now() + wait);
                 }
                 if idle.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(Event::Idle);
+                    return Poll::Ready(if going_away { Event::Over } else { Event::Idle });
                 }
             } else if flooded.is_some() && idle.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Event::FloodOver);
+                return Poll::Ready(Event::Over);
             }
             Poll::Pending
         })
@@ -156,10 +166,11 @@ pub(crate) async fn serve<C: Content>(
                 tracing::debug!("{peer}: HTTP/2 connection ended: {e}");
                 break;
             }
-            Event::Ended(_) | Event::FloodOver => break,
+            Event::Ended(_) | Event::Over => break,
             Event::Idle | Event::Stop => {
                 conn.graceful_shutdown();
                 going_away = true;
+                idle.as_mut().reset(Instant::now() + GOAWAY_GRACE);
             }
             Event::Flood(f) => {
                 tracing::warn!("{peer}: {}: closing the connection (GOAWAY)", f.as_str());

@@ -213,7 +213,9 @@ async fn file(
         let n = capacity(tx, want, idle).await?;
         let piece = if ramjet_runtime::sys::is_resident(file, offset, n as u64) {
             let mut buf = vec![0u8; n];
-            let got = file.read_at(&mut buf, offset).map_err(|_| Stopped::Source)?;
+            let got = file
+                .read_at(&mut buf, offset)
+                .map_err(|_| Stopped::Source)?;
             buf.truncate(got);
             buf
         } else {

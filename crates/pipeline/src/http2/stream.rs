@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use h2::server::SendResponse;
-use h2::{RecvStream, Reason};
+use h2::{Reason, RecvStream};
 use ramjet_http1::{parse_request_head, BodyFraming, Method, Parse, Version};
 use ramjet_observe::Entry;
 use tokio::time::Instant;
@@ -104,7 +104,20 @@ pub(super) async fn serve<C: Content>(
             let mut r = error_response(kind.status());
             customise(&mut r, config.error_pages.as_deref());
             let line = request_line(&raw);
-            answer(w, &gen, &mut respond, r, None, false, info, started, &line, None, 0).await;
+            answer(
+                w,
+                &gen,
+                &mut respond,
+                r,
+                None,
+                false,
+                info,
+                started,
+                &line,
+                None,
+                0,
+            )
+            .await;
             return;
         }
         Parse::Partial => {
@@ -138,7 +151,11 @@ pub(super) async fn serve<C: Content>(
             Err(later) => later.await,
         };
     let mut response = response;
-    if response.extras.as_ref().is_some_and(|e| e.handoff.is_some()) {
+    if response
+        .extras
+        .as_ref()
+        .is_some_and(|e| e.handoff.is_some())
+    {
         // A connection cannot be handed to an HTTP/1 backend from inside an HTTP/2 one:
         // the client asks again over HTTP/1.1 (RFC 9113 §8.1, HTTP_1_1_REQUIRED).
         respond.send_reset(Reason::HTTP_1_1_REQUIRED);
@@ -173,7 +190,16 @@ pub(super) async fn serve<C: Content>(
         slot,
     };
     answer_with(
-        w, &gen, &mut respond, response, extra, head_only, info, started, &line, logged,
+        w,
+        &gen,
+        &mut respond,
+        response,
+        extra,
+        head_only,
+        info,
+        started,
+        &line,
+        logged,
     )
     .await;
 }
@@ -192,7 +218,10 @@ fn log_line(head: &ramjet_http1::RequestHead<'_>) -> Vec<u8> {
 fn request_line(raw: &[u8]) -> Vec<u8> {
     let end = raw.iter().position(|&b| b == b'\r').unwrap_or(raw.len());
     let mut line = raw[..end].to_vec();
-    if let Some(at) = line.windows(9).rposition(|w| w == b" HTTP/1.1" || w == b" HTTP/1.0") {
+    if let Some(at) = line
+        .windows(9)
+        .rposition(|w| w == b" HTTP/1.1" || w == b" HTTP/1.0")
+    {
         line.truncate(at);
         line.extend_from_slice(b" HTTP/2.0");
     }

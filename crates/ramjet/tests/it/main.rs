@@ -15,6 +15,7 @@ mod edges;
 mod files;
 mod handoff;
 mod handoff_apache;
+mod http2;
 mod lifecycle;
 mod modules;
 mod observe;

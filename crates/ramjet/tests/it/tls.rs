@@ -12,7 +12,7 @@ use ramjet_testkit::Server;
 
 /// A self-signed certificate for `names` (its own CA), written as `NAME.pem` and
 /// `NAME.key` under `dir`.
-fn certificate(dir: &Path, file: &str, names: &[&str]) -> (PathBuf, PathBuf) {
+pub(crate) fn certificate(dir: &Path, file: &str, names: &[&str]) -> (PathBuf, PathBuf) {
     let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
     let c = rcgen::generate_simple_self_signed(names).unwrap();
     let cert = dir.join(format!("{file}.pem"));
@@ -24,7 +24,7 @@ fn certificate(dir: &Path, file: &str, names: &[&str]) -> (PathBuf, PathBuf) {
 
 /// A server with a TLS listener (certificate for `localhost` and `a.test`, in
 /// `{dir}/a.pem`) and a cleartext one; `config` adds to it.
-fn tls_server(files: &[(&str, &[u8])], config: &str) -> Server {
+pub(crate) fn tls_server(files: &[(&str, &[u8])], config: &str) -> Server {
     let dir = Server::dir();
     certificate(dir.path(), "a", &["localhost", "a.test"]);
     for (path, data) in files {
@@ -593,7 +593,7 @@ fn testssl_reports_no_vulnerability() {
 
 /// The SHA-256 of a certificate's public key, base64 (what Chromium's
 /// `--ignore-certificate-errors-spki-list` trusts).
-fn spki_hash(cert: &Path) -> String {
+pub(crate) fn spki_hash(cert: &Path) -> String {
     let script = format!(
         "openssl x509 -in '{}' -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64",
         cert.display()
