@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 /// The client connection preface (RFC 9113 §3.4), which precedes the first frame.
-pub(crate) const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// What a client may send of each kind within `WINDOW` before it is a flood.
 #[derive(Debug, Clone, Copy)]

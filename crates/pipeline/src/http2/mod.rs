@@ -43,6 +43,18 @@ const FLOOD_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
 /// second GOAWAY follows it) and close; then the connection is dropped.
 const GOAWAY_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// The server side of h2 as ramjet runs it: its SETTINGS and limits (`max_head`: the
+/// largest header list, decoded, as for an HTTP/1 head). Public for the fuzz target.
+pub fn builder(max_head: usize) -> h2::server::Builder {
+    let mut b = h2::server::Builder::new();
+    b.max_concurrent_streams(MAX_STREAMS)
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_send_buffer_size(SEND_BUFFER)
+        .max_header_list_size(max_head.min(u32::MAX as usize) as u32);
+    b
+}
+
 type StreamTask<'w> = Pin<Box<dyn Future<Output = ()> + 'w>>;
 
 /// Serve an HTTP/2 connection on `transport` until it ends. `prefix`: the bytes already
@@ -64,13 +76,7 @@ pub(crate) async fn serve<C: Content>(
         secure: io.transport().is_tls(),
     };
     let timeouts = gen.config.timeouts;
-    let mut builder = h2::server::Builder::new();
-    builder
-        .max_concurrent_streams(MAX_STREAMS)
-        .initial_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW)
-        .max_send_buffer_size(SEND_BUFFER)
-        .max_header_list_size(gen.config.limits.http1.max_head as u32);
+    let builder = builder(gen.config.limits.http1.max_head);
     let mut conn = match tokio::time::timeout(timeouts.header, builder.handshake(io)).await {
         Ok(Ok(c)) => c,
         _ => return,
