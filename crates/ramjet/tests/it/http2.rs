@@ -713,3 +713,77 @@ fn h2spec_passes_every_test_on_h2c_and_tls() {
     }
     s.assert_clean_log(&[]);
 }
+
+#[test]
+fn modules_cgi_auth_redirects_status_and_request_rates_answer_over_h2() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Server::dir();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let script = bin.join("echo.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\nprintf 'Content-Type: text/plain\\r\\nX-Script: 1\\r\\n\\r\\n'\necho \"proto=$SERVER_PROTOCOL method=$REQUEST_METHOD len=$CONTENT_LENGTH\"\ncat\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir_all(dir.path().join("root/staff")).unwrap();
+    std::fs::write(dir.path().join("root/staff/x"), b"secret").unwrap();
+    let users = Command::new("htpasswd")
+        .args(["-nbB", "-C", "4", "ann", "pw"])
+        .output()
+        .expect("htpasswd is installed");
+    std::fs::write(dir.path().join("users"), users.stdout).unwrap();
+    let s = Server::start(
+        crate::BIN,
+        dir,
+        "workers = 1\n\
+         [[location]]\nroot = \"root\"\n\
+         [[location]]\npath = \"/hello/\"\nmodule = \"hello\"\n\
+         [[location]]\npath = \"/cgi-bin/\"\ncgi_root = \"{dir}/bin\"\n\
+         [[location]]\npath = \"/staff/\"\nroot = \"root\"\nauth_basic = \"Staff\"\nauth_basic_user_file = \"users\"\n\
+         [[location]]\npath = \"/old/\"\nredirect = \"/new/\"\n\
+         [[location]]\npath = \"/status\"\nhandlers = [\"status\"]\n\
+         [[location]]\npath = \"/limited/\"\nroot = \"root\"\nlimit_req = \"1r/m\"\n",
+    );
+    let code = |args: &[&str]| -> String {
+        let mut a = vec!["-o", "/dev/null", "-w", "%{http_code} %{http_version}"];
+        a.extend_from_slice(args);
+        String::from_utf8(h2c(&a).1).unwrap()
+    };
+    // A module, GET and POST (its body read through the request model).
+    let (ok, body) = h2c(&[&s.url("/hello/x?q=1")]);
+    assert!(ok);
+    let text = String::from_utf8(body).unwrap();
+    assert!(
+        text.starts_with("Hello, 127.0.0.1!\nmethod GET target /hello/x?q=1 query q=1"),
+        "{text}"
+    );
+    let (_, body) = h2c(&["--data-binary", "line one\nline two", &s.url("/hello/")]);
+    assert_eq!(
+        String::from_utf8(body).unwrap(),
+        "Hello: 17 bytes, first line \"line one\"\n"
+    );
+    // CGI, with a body.
+    let (ok, body) = h2c(&["--data-binary", "abc", &s.url("/cgi-bin/echo.sh")]);
+    assert!(ok);
+    assert_eq!(
+        String::from_utf8(body).unwrap(),
+        "proto=HTTP/2.0 method=POST len=3\nabc"
+    );
+    // Basic authentication.
+    assert_eq!(code(&[&s.url("/staff/x")]), "401 2");
+    assert_eq!(code(&["-u", "ann:pw", &s.url("/staff/x")]), "200 2");
+    // A redirect keeps the rest of the path.
+    let (_, head) = h2c(&["-sI", &s.url("/old/a/b")]);
+    let head = String::from_utf8(head).unwrap();
+    assert!(head.starts_with("HTTP/2 301"), "{head}");
+    assert!(head.contains("location: /new/a/b"), "{head}");
+    // The status page.
+    let (_, page) = h2c(&[&format!("{}?auto", s.url("/status"))]);
+    assert!(String::from_utf8(page).unwrap().contains("Total Accesses"));
+    // A request rate: the second request within the second is refused.
+    assert_eq!(code(&[&s.url("/limited/")]), "404 2");
+    assert_eq!(code(&[&s.url("/limited/")]), "429 2");
+    s.assert_clean_log(&[]);
+}
