@@ -75,6 +75,9 @@ async fn connection(
     report: Rc<RefCell<Report>>,
     done: Counter,
 ) {
+    if spec.http2 {
+        return crate::http2::connection(spec, index, stop_at, budget, report, done).await;
+    }
     let requests: Vec<Vec<u8>> = spec.targets.iter().map(|t| spec.request(t)).collect();
     // A connection of `per_connection` requests ends with one that asks to close.
     let per_connection = spec

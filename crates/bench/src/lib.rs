@@ -15,6 +15,7 @@
 mod closed;
 mod exchange;
 mod fleet;
+mod http2;
 mod open;
 mod plot;
 mod progress;

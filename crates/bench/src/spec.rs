@@ -83,6 +83,9 @@ pub struct Spec {
     /// (httperf's `--num-calls`, a browser's visit). None: a connection goes on until the
     /// run ends, taking the URLs in turn.
     pub per_connection: Option<u64>,
+    /// HTTP/2 by prior knowledge (cleartext), `pipeline` streams in flight per connection
+    /// (closed loop).
+    pub http2: bool,
 }
 
 impl Default for Spec {
@@ -103,6 +106,7 @@ impl Default for Spec {
             cpus: Vec::new(),
             discard_body: false,
             per_connection: None,
+            http2: false,
         }
     }
 }

@@ -32,6 +32,7 @@ fn spec(addr: SocketAddr) -> Spec {
         cpus: vec![],
         discard_body: false,
         per_connection: None,
+        http2: false,
     }
 }
 

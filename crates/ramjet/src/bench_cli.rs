@@ -49,6 +49,10 @@ pub struct BenchArgs {
     /// Speak HTTP/1.0.
     #[arg(long)]
     http10: bool,
+    /// Speak HTTP/2 (cleartext, prior knowledge); --pipeline N is then N streams in
+    /// flight per connection (h2load's -m). Closed loop, keep-alive.
+    #[arg(long, conflicts_with_all = ["http10", "no_keepalive", "requests_per_connection", "rate", "sweep", "discard_body", "slow"])]
+    h2: bool,
     /// Extra request header, e.g. -H "Accept-Encoding: gzip" (repeatable).
     #[arg(short = 'H', long = "header")]
     headers: Vec<String>,
@@ -177,6 +181,7 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
         cpus: args.cpus.clone(),
         discard_body: args.discard_body,
         per_connection: args.requests_per_connection,
+        http2: args.h2,
     };
     if let Some(sweep) = &args.sweep {
         return run_sweep(&args, &spec, sweep);

@@ -38,6 +38,47 @@ fn closed_loop_counts_exactly_and_reports_json() {
 }
 
 #[test]
+fn h2_multiplexes_streams_and_counts_exactly() {
+    let s = server_with(
+        &[("4k.bin", &bytes(4096, 1)), ("1.bin", b"1")],
+        "[[location]]\nroot = \"root\"\n[[location]]\npath = \"/metrics\"\nhandlers = [\"metrics\"]\n",
+    );
+    let out = bench(&[
+        "--h2",
+        "-c",
+        "3",
+        "-n",
+        "600",
+        "--pipeline",
+        "8",
+        "--json",
+        &s.url("/4k.bin"),
+        &s.url("/1.bin"),
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["responses"], 600);
+    assert_eq!(v["errors"]["total"], 0);
+    // Over HTTP/2: 3 connections, 600 streams (the metrics request is HTTP/1.1).
+    let (_, m) = crate::curl(&[&s.url("/metrics")]);
+    let m = String::from_utf8(m).unwrap();
+    assert!(m.contains("ramjet_http2_connections_total 3\n"), "{m}");
+    assert!(m.contains("ramjet_http2_streams_total 600\n"), "{m}");
+    // A body of the wrong length is counted as such.
+    let out = bench(&[
+        "--h2",
+        "-n",
+        "10",
+        "--json",
+        "--expect-length",
+        "4096",
+        &s.url("/1.bin"),
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["errors"]["short_body"], 10);
+    s.assert_clean_log(&[]);
+}
+
+#[test]
 fn sweep_writes_csv_json_and_svg() {
     let s = server_with(&[("4k.bin", &bytes(4096, 2))], "");
     let dir = tempfile::tempdir().unwrap();

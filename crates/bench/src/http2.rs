@@ -1,0 +1,182 @@
+//! HTTP/2 load (`--h2`): cleartext connections by prior knowledge, each with `pipeline`
+//! streams in flight (h2load's `-m`). Each stream sends its next request as soon as its
+//! response has ended; latency runs from sending the request to the end of the response.
+//! The protocol is the h2 crate's client.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use h2::client::SendRequest;
+use tokio::net::TcpStream;
+
+use crate::exchange::Answer;
+use crate::exchange::Failure;
+use crate::progress::Counter;
+use crate::report::Report;
+use crate::spec::Spec;
+
+/// What every stream of a connection shares.
+struct Shared {
+    spec: Arc<Spec>,
+    stop_at: Option<Instant>,
+    budget: Arc<AtomicU64>,
+    report: Rc<RefCell<Report>>,
+    done: Counter,
+}
+
+impl Shared {
+    fn over(&self) -> bool {
+        self.stop_at.is_some_and(|t| Instant::now() >= t)
+    }
+
+    fn take(&self) -> bool {
+        self.budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}
+
+/// One connection (connection `index` of the run): reconnects after an error until the
+/// run ends.
+pub(crate) async fn connection(
+    spec: Arc<Spec>,
+    index: usize,
+    stop_at: Option<Instant>,
+    budget: Arc<AtomicU64>,
+    report: Rc<RefCell<Report>>,
+    done: Counter,
+) {
+    let shared = Rc::new(Shared {
+        spec,
+        stop_at,
+        budget,
+        report,
+        done,
+    });
+    let spec = &shared.spec;
+    while !shared.over() {
+        let addr = spec.targets[index % spec.targets.len()].addr;
+        let tcp = match tokio::time::timeout(spec.timeout, TcpStream::connect(addr)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(_)) => {
+                shared.report.borrow_mut().errors.connect += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+            Err(_) => {
+                shared.report.borrow_mut().errors.timeout += 1;
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let handshake = h2::client::Builder::new()
+            .initial_window_size(16 << 20)
+            .initial_connection_window_size(64 << 20)
+            .handshake::<_, Bytes>(tcp);
+        let (client, conn) = match tokio::time::timeout(spec.timeout, handshake).await {
+            Ok(Ok(pair)) => pair,
+            _ => {
+                shared.report.borrow_mut().errors.reset += 1;
+                continue;
+            }
+        };
+        let driver = tokio::task::spawn_local(async move {
+            let _ = conn.await;
+        });
+        let streams: Vec<_> = (0..spec.pipeline.max(1))
+            .map(|s| {
+                tokio::task::spawn_local(stream(
+                    client.clone(),
+                    shared.clone(),
+                    index + s * spec.connections,
+                ))
+            })
+            .collect();
+        drop(client);
+        let mut broken = false;
+        for s in streams {
+            broken |= !s.await.unwrap_or(false);
+        }
+        driver.abort();
+        if !broken {
+            return;
+        }
+    }
+}
+
+/// Requests one after another on a stream slot; `false` if the connection broke.
+async fn stream(mut client: SendRequest<Bytes>, shared: Rc<Shared>, first: usize) -> bool {
+    let spec = &shared.spec;
+    let mut next = first % spec.targets.len();
+    loop {
+        if shared.over() || !shared.take() {
+            return true;
+        }
+        let t = &spec.targets[next];
+        next = (next + 1) % spec.targets.len();
+        let mut req = http::Request::builder()
+            .uri(format!("http://{}{}", t.host, t.path))
+            .body(())
+            .expect("a valid request");
+        for (name, value) in &spec.headers {
+            if let (Ok(n), Ok(v)) = (
+                http::header::HeaderName::from_bytes(name.as_bytes()),
+                http::header::HeaderValue::from_str(value),
+            ) {
+                req.headers_mut().append(n, v);
+            }
+        }
+        let started = Instant::now();
+        let outcome = tokio::time::timeout(spec.timeout, exchange(&mut client, req)).await;
+        let mut r = shared.report.borrow_mut();
+        match outcome {
+            Ok(Ok(answer)) => {
+                shared.done.add(1);
+                r.answered(&answer, started.elapsed(), spec.expect_length);
+            }
+            Ok(Err(f)) => {
+                r.fail(f, 1);
+                return false;
+            }
+            Err(_) => {
+                r.fail(Failure::Timeout, 1);
+                return false;
+            }
+        }
+    }
+}
+
+async fn exchange(
+    client: &mut SendRequest<Bytes>,
+    req: http::Request<()>,
+) -> Result<Answer, Failure> {
+    let ready = std::future::poll_fn(|cx| client.poll_ready(cx)).await;
+    ready.map_err(|_| Failure::Reset)?;
+    let (response, _) = client.send_request(req, true).map_err(|_| Failure::Reset)?;
+    let response = response.await.map_err(|_| Failure::Reset)?;
+    let status = response.status().as_u16();
+    let declared = response
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let mut body = response.into_body();
+    let mut len = 0u64;
+    while let Some(piece) = body.data().await {
+        let piece = piece.map_err(|_| Failure::ShortBody)?;
+        len += piece.len() as u64;
+        let _ = body.flow_control().release_capacity(piece.len());
+    }
+    if declared.is_some_and(|d| d != len) {
+        return Err(Failure::ShortBody);
+    }
+    Ok(Answer {
+        status,
+        bytes: len,
+        body_len: len,
+        keep_alive: true,
+    })
+}
