@@ -13,6 +13,9 @@ Profiles:
                     (h2load --h1) in the same round, for the h2c/HTTP/1.1 ratio
 
     python3 bench/h2.py --rounds 3 --duration 5 --out bench/results/$(date +%F)-h2
+    python3 bench/h2.py --idle 2000 --out DIR      # memory per idle h2c connection
+    python3 bench/h2.py --flood reset --out DIR    # ramjet bench --h2 p99 alone, then under
+                                                   # a flood (bench/h2_flood.py: reset, ping, ...)
 """
 import argparse
 import json
@@ -193,11 +196,17 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--profiles", default="all", help="comma list of profile numbers (1-based), or all")
+    ap.add_argument("--idle", type=int, default=0, help="only memory per idle h2c connection, holding this many")
+    ap.add_argument("--flood", default="", help="only p99 under this flood (bench/h2_flood.py kinds)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     compare.raise_nofile()
     cert, key = make_files()
     servers = args.servers.split(",")
+    if args.idle:
+        return idle_report(servers, args, cert, key)
+    if args.flood:
+        return flood_report(servers, args, cert, key)
     profiles = PROFILES if args.profiles == "all" else [PROFILES[int(i) - 1] for i in args.profiles.split(",")]
     runs = [(p, s) for p in profiles for s in servers]
     if any(p[2] == "/100m.bin" for p in profiles) and "ramjet" in servers:
@@ -242,6 +251,151 @@ def main():
     (out / "raw.json").write_text(json.dumps(
         {k: {s: [{kk: vv for kk, vv in r.items() if kk != "raw"} for r in v] for s, v in d.items()}
          for k, d in results.items()}, indent=1))
+    print("\n".join(lines))
+
+
+def rss_kb(pid):
+    total = 0
+    for p in procstat.tree([pid]):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def h2c_request(port):
+    """A cleartext HTTP/2 connection after one answered request for the 6-byte file."""
+    import socket
+    s = socket.create_connection(("127.0.0.1", port))
+    path = b"/6b.txt"
+    block = bytes([0x82, 0x86, 0x04, len(path)]) + path + bytes([0x01, 9]) + b"localhost"
+
+    def frame(kind, flags, stream, payload=b""):
+        n = len(payload)
+        return bytes([n >> 16 & 255, n >> 8 & 255, n & 255, kind, flags]) + stream.to_bytes(4, "big") + payload
+
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0) + frame(1, 0x5, 1, block))
+    buf = b""
+    while True:
+        got = s.recv(65536)
+        if not got:
+            raise RuntimeError("closed")
+        buf += got
+        # Walk the frames: done at DATA with END_STREAM on stream 1.
+        i, done = 0, False
+        while i + 9 <= len(buf):
+            n = int.from_bytes(buf[i:i + 3], "big")
+            if i + 9 + n > len(buf):
+                break
+            kind, flags, sid = buf[i + 3], buf[i + 4], int.from_bytes(buf[i + 5:i + 9], "big")
+            if kind == 4 and not flags & 1:
+                s.sendall(frame(4, 1, 0))
+            if sid == 1 and kind in (0, 1) and flags & 1:
+                done = True
+            i += 9 + n
+        if done:
+            return s
+
+
+def idle_memory(name, binary, count, cert, key):
+    conf = WORK / f"conf-{name}"
+    conf.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(["taskset", "-c", "0", *server_cmd(name, conf, binary, cert, key)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    socks = []
+    try:
+        procstat.wait_port(CLEAR_PORTS[name], proc)
+        for s in [h2c_request(CLEAR_PORTS[name]) for _ in range(200)]:
+            s.close()
+        time.sleep(1.0)
+        base = rss_kb(proc.pid)
+        for _ in range(count):
+            socks.append(h2c_request(CLEAR_PORTS[name]))
+        time.sleep(2.0)
+        held = rss_kb(proc.pid)
+        return {"kb_per_conn": (held - base) / count}
+    finally:
+        for s in socks:
+            s.close()
+        procstat.stop(proc)
+
+
+def idle_report(servers, args, cert, key):
+    rows = {s: [] for s in servers}
+    for rnd in range(args.rounds):
+        for s in servers:
+            r = idle_memory(s, args.ramjet, args.idle, cert, key)
+            print(f"round {rnd + 1} {s}: {r['kb_per_conn']:.2f} KB per idle h2c connection", flush=True)
+            rows[s].append(r["kb_per_conn"])
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["# Memory per idle HTTP/2 connection", "",
+             f"Command: `python3 bench/h2.py {' '.join(sys.argv[1:])}`", "",
+             f"Each server alone on CPU 0; {args.idle} cleartext HTTP/2 connections (prior knowledge), each "
+             "after one request for a 6-byte file, held idle; growth of the server's resident memory divided "
+             f"by the connections; median of {args.rounds}. Versions: " + ", ".join(versions()), "",
+             "| server | KB per idle h2c connection | runs |", "|---|---:|---|"]
+    for s in servers:
+        lines.append(f"| {s} | {statistics.median(rows[s]):.2f} | {', '.join(f'{x:.2f}' for x in rows[s])} |")
+    (out / "idle.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def ramjet_bench(binary, port, seconds):
+    out = subprocess.run(["taskset", "-c", "1", binary, "bench", "--h2", "-c", "10", "--pipeline", "1", "-d",
+                          f"{seconds}s", "--json", f"http://127.0.0.1:{port}/6b.txt"],
+                         capture_output=True, text=True, timeout=seconds * 10 + 60).stdout
+    v = json.loads(out)
+    return {"rps": v["requests_per_sec"], "p99_ms": v["latency_ms"]["p99"], "errors": v["errors"]["total"]}
+
+
+def flood_report(servers, args, cert, key):
+    rows = {s: [] for s in servers}
+    for rnd in range(args.rounds):
+        for name in servers:
+            conf = WORK / f"conf-{name}"
+            conf.mkdir(parents=True, exist_ok=True)
+            proc = subprocess.Popen(["taskset", "-c", "0", *server_cmd(name, conf, args.ramjet, cert, key)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                port = CLEAR_PORTS[name]
+                procstat.wait_port(port, proc)
+                alone = ramjet_bench(args.ramjet, port, args.duration)
+                att = subprocess.Popen(["taskset", "-c", "1", sys.executable, str(ROOT / "bench/h2_flood.py"),
+                                        str(port), str(args.duration + 2), args.flood],
+                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                time.sleep(1.0)
+                flooded = ramjet_bench(args.ramjet, port, args.duration)
+                opened, closed = att.communicate()[0].split()
+                flooded["attacks"] = f"{closed}/{opened}"
+                print(f"round {rnd + 1} {name}: p99 alone {alone['p99_ms']:.2f} ms, flooded {flooded['p99_ms']:.2f} ms "
+                      f"({alone['rps']:.0f} -> {flooded['rps']:.0f} req/s; attacker connections closed/opened "
+                      f"{closed}/{opened})", flush=True)
+                rows[name].append((alone, flooded))
+            finally:
+                procstat.stop(proc)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = [f"# HTTP/2 clients during a {args.flood} flood", "",
+             f"Command: `python3 bench/h2.py {' '.join(sys.argv[1:])}`", "",
+             f"Each server alone on CPU 0. `ramjet bench --h2 -c 10 --pipeline 1` (6-byte file) for "
+             f"{args.duration} s alone, then again while `bench/h2_flood.py` (2 attacker connections, "
+             f"reconnecting whenever closed) sends a {args.flood} flood, all clients on CPU 1. Median of "
+             f"{args.rounds}.", "",
+             "| server | p99 alone ms | p99 flooded ms | req/s alone | req/s flooded | errors | attacker connections closed/opened (per run) |",
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for s in servers:
+        a = statistics.median(r[0]["p99_ms"] for r in rows[s])
+        f = statistics.median(r[1]["p99_ms"] for r in rows[s])
+        ra = statistics.median(r[0]["rps"] for r in rows[s])
+        rf = statistics.median(r[1]["rps"] for r in rows[s])
+        errs = sum(r[0]["errors"] + r[1]["errors"] for r in rows[s])
+        lines.append(f"| {s} | {a:.2f} | {f:.2f} | {ra:,.0f} | {rf:,.0f} | {errs} | "
+                     f"{', '.join(r[1]['attacks'] for r in rows[s])} |")
+    (out / f"flood-{args.flood}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
