@@ -78,7 +78,7 @@ pub(super) fn queue<C: Content>(
 }
 
 /// Status line and fixed headers, then the response's own (RFC 9112 §6); `end_head` ends it.
-pub(crate) fn encode_head(out: &mut Vec<u8>, r: &Response, date: &[u8], version: Version) {
+pub(super) fn encode_head(out: &mut Vec<u8>, r: &Response, date: &[u8], version: Version) {
     if version == Version::Http11 {
         // A 1.0 client does not expect informational responses (RFC 9110 §15.2).
         if let Some(e) = &r.extras {

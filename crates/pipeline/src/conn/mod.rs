@@ -269,8 +269,8 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
 
 mod closing;
 mod encode;
-pub(crate) use encode::{encode_head, framing, location_headers, Framing};
-use encode::{end_head, queue, too_many, upgrade_of};
+use encode::{encode_head, end_head, queue, too_many, upgrade_of};
+pub(crate) use encode::{framing, location_headers, Framing};
 mod handoff;
 mod reading;
 mod requests;

@@ -11,7 +11,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use ramjet_config::ResponseHeaders;
 use ramjet_http1::Version;
 
-use crate::conn::{encode_head, framing, location_headers, Framing};
+use crate::conn::{framing, location_headers, Framing};
 use crate::response::{Body, Part, Response};
 
 /// Most bytes of a file read for one DATA run (the window may grant less).
@@ -32,10 +32,22 @@ fn connection_specific(name: &[u8]) -> bool {
 }
 
 /// Parse `Name: value\r\n` lines into `map` (lines that are not fields, and fields HTTP/2
-/// forbids, are left out).
-pub(super) fn fields_into(block: &[u8], map: &mut HeaderMap) {
-    for line in block.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
+/// forbids, are left out). Values are slices of `block`, not copies.
+pub(super) fn fields_into(block: &Bytes, map: &mut HeaderMap) {
+    let mut at = 0;
+    while at < block.len() {
+        let end = block[at..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(block.len(), |n| at + n);
+        let line_end = if end > at && block[end - 1] == b'\r' {
+            end - 1
+        } else {
+            end
+        };
+        let line = &block[at..line_end];
+        let from = at;
+        at = end + 1;
         let Some(colon) = line.iter().position(|&b| b == b':') else {
             continue;
         };
@@ -43,9 +55,17 @@ pub(super) fn fields_into(block: &[u8], map: &mut HeaderMap) {
         if connection_specific(name) {
             continue;
         }
+        let mut v = from + colon + 1;
+        let mut w = line_end;
+        while v < w && matches!(block[v], b' ' | b'\t') {
+            v += 1;
+        }
+        while w > v && matches!(block[w - 1], b' ' | b'\t') {
+            w -= 1;
+        }
         let (Ok(name), Ok(value)) = (
             HeaderName::from_bytes(name),
-            HeaderValue::from_bytes(line[colon + 1..].trim_ascii()),
+            HeaderValue::from_maybe_shared(block.slice(v..w)),
         ) else {
             continue;
         };
@@ -53,31 +73,35 @@ pub(super) fn fields_into(block: &[u8], map: &mut HeaderMap) {
     }
 }
 
-/// The response head for `r`: status, `server`, `date`, the response's fields, the
-/// location's (`extra`), and `content-length` when the body's length is known.
+/// The response head for `r`: status, `server`, `date`, the response's fields (its own
+/// are taken from it), the location's (`extra`), and `content-length` when the body's
+/// length is known.
 pub(super) fn head(
-    r: &Response,
+    r: &mut Response,
     date: &[u8],
     unix_secs: u64,
     extra: Option<&ResponseHeaders>,
 ) -> http::Response<()> {
-    let mut block = Vec::with_capacity(256);
-    encode_head(&mut block, r, date, Version::Http2);
-    if let Some(h) = extra {
-        location_headers(&mut block, r, h, unix_secs);
-    }
     let mut out = http::Response::new(());
     *out.status_mut() =
         http::StatusCode::from_u16(r.status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
-    // The first line is HTTP/1's status line.
-    let fields = block
-        .iter()
-        .position(|&b| b == b'\n')
-        .map_or(&block[..0], |at| &block[at + 1..]);
-    fields_into(fields, out.headers_mut());
+    let map = out.headers_mut();
+    map.reserve(12);
+    map.insert(http::header::SERVER, HeaderValue::from_static("ramjet"));
+    if let Ok(d) = HeaderValue::from_bytes(date) {
+        map.insert(http::header::DATE, d);
+    }
+    let mut located = Vec::new();
+    if let Some(h) = extra {
+        location_headers(&mut located, r, h, unix_secs);
+    }
+    fields_into(&r.shared_headers, map);
+    fields_into(&Bytes::from(std::mem::take(&mut r.headers)), map);
+    if !located.is_empty() {
+        fields_into(&Bytes::from(located), map);
+    }
     if let Framing::Length(n) = framing(r, Version::Http2) {
-        out.headers_mut()
-            .insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
+        map.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
     }
     out
 }

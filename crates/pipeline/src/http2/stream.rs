@@ -269,7 +269,7 @@ async fn answer_with<C: Content>(
     w: &HttpWorker<C>,
     gen: &Generation,
     respond: &mut SendResponse<Bytes>,
-    response: Response,
+    mut response: Response,
     extra: Option<&ramjet_config::ResponseHeaders>,
     head_only: bool,
     info: ConnInfo,
@@ -281,7 +281,7 @@ async fn answer_with<C: Content>(
     let (h, unix_secs) = {
         let mut date = w.date.borrow_mut();
         let (date, unix_secs) = date.now();
-        (send::head(&response, date, unix_secs, extra), unix_secs)
+        (send::head(&mut response, date, unix_secs, extra), unix_secs)
     };
     let no_body = head_only
         || matches!(status, 204 | 304)
