@@ -279,13 +279,13 @@ def h2c_request(port):
 
     s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, 0) + frame(1, 0x5, 1, block))
     buf = b""
+    i, done = 0, False
     while True:
         got = s.recv(65536)
         if not got:
             raise RuntimeError("closed")
         buf += got
-        # Walk the frames: done at DATA with END_STREAM on stream 1.
-        i, done = 0, False
+        # Walk the frames not walked yet: done at DATA with END_STREAM on stream 1.
         while i + 9 <= len(buf):
             n = int.from_bytes(buf[i:i + 3], "big")
             if i + 9 + n > len(buf):

@@ -106,6 +106,38 @@ pub(super) fn head(
     out
 }
 
+/// The 1xx heads in `block` (complete HTTP/1 heads, one after another) as HTTP/2
+/// informational responses; 100 Continue is not passed on (the stream's own flow control
+/// stands in for it).
+pub(super) fn interim_heads(block: &[u8]) -> Vec<http::Response<()>> {
+    let block = Bytes::copy_from_slice(block);
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(n) = block[at..].windows(4).position(|w| w == b"\r\n\r\n") {
+        let head = block.slice(at..at + n + 2);
+        at += n + 4;
+        let line_end = head.iter().position(|&b| b == b'\n').unwrap_or(head.len());
+        let status = head[..line_end]
+            .split(|&b| b == b' ')
+            .nth(1)
+            .and_then(|s| std::str::from_utf8(s).ok()?.parse::<u16>().ok());
+        let Some(status) = status.filter(|s| (101..200).contains(s) && *s != 101) else {
+            continue;
+        };
+        let mut r = http::Response::new(());
+        let Ok(code) = http::StatusCode::from_u16(status) else {
+            continue;
+        };
+        *r.status_mut() = code;
+        fields_into(
+            &head.slice((line_end + 1).min(head.len())..),
+            r.headers_mut(),
+        );
+        out.push(r);
+    }
+    out
+}
+
 /// Why a body stopped short.
 #[derive(Debug)]
 pub(super) enum Stopped {

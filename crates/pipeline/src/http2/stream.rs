@@ -278,6 +278,16 @@ async fn answer_with<C: Content>(
     logged: Logged<'_>,
 ) {
     let status = response.status;
+    // Informational heads a backend sent first (103 Early Hints, ...), as HEADERS frames.
+    if let Some(interim) = response
+        .extras
+        .as_mut()
+        .map(|e| std::mem::take(&mut e.interim))
+    {
+        for h in send::interim_heads(&interim) {
+            let _ = respond.send_informational(h);
+        }
+    }
     let (h, unix_secs) = {
         let mut date = w.date.borrow_mut();
         let (date, unix_secs) = date.now();

@@ -787,3 +787,29 @@ fn modules_cgi_auth_redirects_status_and_request_rates_answer_over_h2() {
     assert_eq!(code(&[&s.url("/limited/")]), "429 2");
     s.assert_clean_log(&[]);
 }
+
+#[test]
+fn a_backends_early_hints_and_trailers_reach_h2_clients() {
+    use ramjet_testkit::{Backend, Flow};
+    let b = Backend::start(|ex| {
+        ex.write(b"HTTP/1.1 103 Early Hints\r\nLink: </s.css>; rel=preload\r\n\r\n");
+        ex.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-Sum\r\n\r\n3\r\nabc\r\n0\r\nX-Sum: 1\r\n\r\n");
+        Flow::Keep
+    });
+    let s = server(
+        &[],
+        &format!(
+            "[upstream.app]\nservers = [\"{}\"]\n[[location]]\nhandlers = [\"proxy\"]\nproxy = \"app\"\n",
+            b.addr
+        ),
+    );
+    let (ok, out) = h2c(&["-D", "-", &s.url("/hints")]);
+    assert!(ok);
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/2 103"), "{text}");
+    assert!(text.contains("link: </s.css>; rel=preload"), "{text}");
+    assert!(text.contains("HTTP/2 200"), "{text}");
+    assert!(text.contains("abc"), "{text}");
+    assert!(text.contains("x-sum: 1"), "the trailer: {text}");
+    s.assert_clean_log(&[]);
+}
