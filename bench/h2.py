@@ -139,7 +139,7 @@ def load(profile, name, duration):
     port = TLS_PORTS[name] if scheme == "https" else CLEAR_PORTS[name]
     url = f"{scheme}://127.0.0.1:{port}{path}"
     cmd = ["taskset", "-c", "1", "h2load", "-t", "1", "-c", str(conns), "-m", str(streams),
-           "-D", str(duration), "--warm-up-time", "1", url]
+           "-D", str(duration), url]
     if h1:
         cmd.insert(4, "--h1")
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration * 10 + 120).stdout
@@ -225,7 +225,7 @@ def main():
         "# HTTP/2: ramjet, h2o and nginx", "",
         f"Command: `python3 bench/h2.py {' '.join(sys.argv[1:])}`", "",
         f"One worker each on CPU 0, h2load on CPU 1; {args.rounds} rounds of {args.duration} s "
-        "(after 1 s of warm-up), median. Versions: " + ", ".join(versions()), "",
+        "(the file fetched once first), median. Versions: " + ", ".join(versions()), "",
         "| profile | server | protocol | req/s | req/server-CPU-s | vs h2o (per CPU) | mean ms | max ms | errors | spread (per CPU) |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]

@@ -104,20 +104,14 @@ pub(super) async fn serve<C: Content>(
             let mut r = error_response(kind.status());
             customise(&mut r, config.error_pages.as_deref());
             let line = request_line(&raw);
-            answer(
-                w,
-                &gen,
-                &mut respond,
-                r,
-                None,
-                false,
-                info,
-                started,
-                &line,
-                None,
-                0,
-            )
-            .await;
+            let logged = Logged {
+                host: None,
+                referer: None,
+                user_agent: None,
+                upstream: None,
+                slot: 0,
+            };
+            answer(w, &gen, &mut respond, r, None, false, info, started, &line, logged).await;
             return;
         }
         Parse::Partial => {
@@ -164,8 +158,7 @@ pub(super) async fn serve<C: Content>(
     let upstream = response
         .extras
         .as_mut()
-        .and_then(|e| e.upstream.take())
-        .map(Box::new);
+        .and_then(|e| e.upstream.take());
     if response.status == 101 {
         respond.send_reset(Reason::HTTP_1_1_REQUIRED);
         return;
@@ -186,10 +179,10 @@ pub(super) async fn serve<C: Content>(
         host: head.host,
         referer: head.referer,
         user_agent: head.user_agent,
-        upstream: upstream.as_deref(),
+        upstream: upstream.as_ref(),
         slot,
     };
-    answer_with(
+    answer(
         w,
         &gen,
         &mut respond,
@@ -239,33 +232,6 @@ struct Logged<'a> {
 
 #[allow(clippy::too_many_arguments)]
 async fn answer<C: Content>(
-    w: &HttpWorker<C>,
-    gen: &Generation,
-    respond: &mut SendResponse<Bytes>,
-    response: Response,
-    extra: Option<&ramjet_config::ResponseHeaders>,
-    head_only: bool,
-    info: ConnInfo,
-    started: Instant,
-    line: &[u8],
-    host: Option<&[u8]>,
-    slot: u16,
-) {
-    let logged = Logged {
-        host,
-        referer: None,
-        user_agent: None,
-        upstream: None,
-        slot,
-    };
-    answer_with(
-        w, gen, respond, response, extra, head_only, info, started, line, logged,
-    )
-    .await
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn answer_with<C: Content>(
     w: &HttpWorker<C>,
     gen: &Generation,
     respond: &mut SendResponse<Bytes>,
