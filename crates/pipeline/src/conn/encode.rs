@@ -42,7 +42,7 @@ pub(crate) fn framing(r: &Response, version: Version) -> Framing {
 }
 
 /// 429 for a client over `limits.max_connections_per_client` (the connection closes).
-pub(super) fn too_many(config: &ramjet_config::Resolved) -> Response {
+pub(crate) fn too_many(config: &ramjet_config::Resolved) -> Response {
     let mut r = error_response(429).header("Retry-After", b"1");
     customise(&mut r, config.error_pages.as_deref());
     r

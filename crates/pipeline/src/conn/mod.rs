@@ -217,15 +217,16 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
                     w,
                     conn.stream,
                     Vec::new(),
-                    peer,
-                    listener,
+                    conn.peer,
+                    conn.listener,
+                    conn.refuse,
                 ))
                 .await;
                 return None;
             }
         }
         conn.h2c = w
-            .listen_entry(listener)
+            .listen_entry(conn.listener)
             .is_none_or(|e| conn.generation.config.http2_of(e));
     }
     // Matched at once: no `Ended` lives across the hand-over's await (every connection's
@@ -261,7 +262,15 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
         Ended::Http2 => {
             let prefix = conn.buf[conn.start..].to_vec();
             conn.release(w);
-            Box::pin(crate::http2::serve(w, conn.stream, prefix, peer, listener)).await;
+            Box::pin(crate::http2::serve(
+                w,
+                conn.stream,
+                prefix,
+                conn.peer,
+                conn.listener,
+                conn.refuse,
+            ))
+            .await;
             None
         }
     }
@@ -269,8 +278,8 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
 
 mod closing;
 mod encode;
-use encode::{encode_head, end_head, queue, too_many, upgrade_of};
-pub(crate) use encode::{framing, location_headers, Framing};
+use encode::{encode_head, end_head, queue, upgrade_of};
+pub(crate) use encode::{framing, location_headers, too_many, Framing};
 mod handoff;
 mod reading;
 mod requests;

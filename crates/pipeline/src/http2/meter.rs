@@ -106,8 +106,8 @@ impl Meter {
         }
     }
 
-    /// Account for `bytes`, the next the client sent. `now` is asked only when a count
-    /// reaches its limit (no clock read per read).
+    /// Account for `bytes`, the next the client sent. `now` is asked when a window starts
+    /// and when a count passes its limit (not per read).
     pub fn feed(&mut self, mut bytes: &[u8], now: impl Fn() -> Instant) -> Result<(), Flood> {
         let skip = self.preface_left.min(bytes.len());
         self.preface_left -= skip;
@@ -160,6 +160,10 @@ impl Meter {
             }
             _ => return Ok(()),
         };
+        if self.window_start.is_none() {
+            // The window starts with the first frame counted in it.
+            self.window_start = Some(now());
+        }
         self.counts[slot] += 1;
         if self.counts[slot] <= limit {
             return Ok(());
@@ -217,13 +221,15 @@ mod tests {
     fn a_ping_flood_is_found_at_its_limit_and_not_before() {
         let t = Instant::now();
         let mut m = Meter::new();
-        // The first window starts when the limit is first passed.
-        assert!(m.feed(&pings(101, 0), || t).is_ok());
+        assert!(m.feed(&pings(100, 0), || t).is_ok());
+        assert_eq!(m.feed(&frame(PING, 0, &[0; 8]), || t), Err(Flood::Ping));
+        // The same spread over more than a window is not a flood.
         let mut m2 = Meter::new();
         assert!(m2.feed(&pings(100, 0), || t).is_ok());
-        let more = frame(PING, 0, &[0; 8]).repeat(100);
-        assert!(m2.feed(&more, || t).is_ok());
-        assert_eq!(m2.feed(&frame(PING, 0, &[0; 8]), || t), Err(Flood::Ping));
+        let later = t + Duration::from_millis(1500);
+        assert!(m2
+            .feed(&frame(PING, 0, &[0; 8]).repeat(100), || later)
+            .is_ok());
         // Acknowledgements are not counted.
         let mut m3 = Meter::new();
         assert!(m3.feed(&pings(10_000, ACK), || t).is_ok());
@@ -233,10 +239,12 @@ mod tests {
     fn counts_start_again_after_a_window() {
         let t = Instant::now();
         let mut m = Meter::new();
-        assert!(m.feed(&pings(150, 0), || t).is_ok());
+        assert!(m.feed(&pings(100, 0), || t).is_ok());
+        // Two seconds later: a new window, 100 more allowed, the 101st of it not.
         let later = t + Duration::from_secs(2);
-        let more = frame(PING, 0, &[0; 8]).repeat(150);
+        let more = frame(PING, 0, &[0; 8]).repeat(100);
         assert!(m.feed(&more, || later).is_ok());
+        assert!(m.feed(&more, || later).is_err());
     }
 
     #[test]

@@ -61,13 +61,16 @@ pub fn builder(max_head: usize) -> h2::server::Builder {
 type StreamTask<'w> = Pin<Box<dyn Future<Output = ()> + 'w>>;
 
 /// Serve an HTTP/2 connection on `transport` until it ends. `prefix`: the bytes already
-/// read from it (the preface, and maybe more frames).
+/// read from it (the preface, and maybe more frames). `refuse`: the client is over
+/// `limits.max_connections_per_client`: its streams are answered 429 and the connection
+/// is sent GOAWAY at once.
 pub(crate) async fn serve<C: Content>(
     w: &HttpWorker<C>,
     transport: Transport,
     prefix: Vec<u8>,
     peer: SocketAddr,
     listener: u16,
+    refuse: bool,
 ) {
     let mut gen = w.current();
     let mut seen = w.generation.get();
@@ -77,6 +80,7 @@ pub(crate) async fn serve<C: Content>(
         peer,
         listener: w.listener(listener),
         secure: io.transport().is_tls(),
+        refuse,
     };
     let timeouts = gen.config.timeouts;
     let builder = builder(gen.config.limits.http1.max_head);
@@ -92,6 +96,11 @@ pub(crate) async fn serve<C: Content>(
     tokio::pin!(shutdown);
     shutdown.as_mut().enable();
     let mut going_away = false;
+    if refuse {
+        conn.graceful_shutdown();
+        going_away = true;
+        idle.as_mut().reset(Instant::now() + GOAWAY_GRACE);
+    }
     let mut flooded: Option<Instant> = None;
     enum Event {
         /// The connection ended (`None`: closed; an error: h2 sent its GOAWAY).

@@ -26,6 +26,8 @@ pub(super) struct ConnInfo {
     pub peer: SocketAddr,
     pub listener: SocketAddr,
     pub secure: bool,
+    /// Over `limits.max_connections_per_client`: every stream is answered 429.
+    pub refuse: bool,
 }
 
 /// The request's fields as an HTTP/1.1 head (RFC 9113 §8.3.1: `:authority` as Host,
@@ -111,7 +113,19 @@ pub(super) async fn serve<C: Content>(
                 upstream: None,
                 slot: 0,
             };
-            answer(w, &gen, &mut respond, r, None, false, info, started, &line, logged).await;
+            answer(
+                w,
+                &gen,
+                &mut respond,
+                r,
+                None,
+                false,
+                info,
+                started,
+                &line,
+                logged,
+            )
+            .await;
             return;
         }
         Parse::Partial => {
@@ -139,11 +153,14 @@ pub(super) async fn serve<C: Content>(
         )
     }));
     let addrs = (info.peer, info.listener, info.secure);
-    let (response, body_result, location) =
+    let (response, body_result, location) = if info.refuse {
+        (crate::conn::too_many(config), Ok(body.finish()), None)
+    } else {
         match stage::respond(&w.content, config, &head, started, addrs, body) {
             Ok(a) => a,
             Err(later) => later.await,
-        };
+        }
+    };
     let mut response = response;
     if response
         .extras
@@ -155,10 +172,7 @@ pub(super) async fn serve<C: Content>(
         respond.send_reset(Reason::HTTP_1_1_REQUIRED);
         return;
     }
-    let upstream = response
-        .extras
-        .as_mut()
-        .and_then(|e| e.upstream.take());
+    let upstream = response.extras.as_mut().and_then(|e| e.upstream.take());
     if response.status == 101 {
         respond.send_reset(Reason::HTTP_1_1_REQUIRED);
         return;

@@ -813,3 +813,106 @@ fn a_backends_early_hints_and_trailers_reach_h2_clients() {
     assert!(text.contains("x-sum: 1"), "the trailer: {text}");
     s.assert_clean_log(&[]);
 }
+
+#[test]
+fn a_client_over_its_connection_limit_gets_429_over_h2() {
+    let s = server(&[("f", b"f")], "[limits]\nmax_connections_per_client = 1\n");
+    // One connection held open; the second is refused, over HTTP/2 as over HTTP/1.
+    let _held = Raw::open(s.addr);
+    let (_, code) = h2c(&["-o", "/dev/null", "-w", "%{http_code}", &s.url("/f")]);
+    assert_eq!(code, b"429");
+    s.assert_clean_log(&[]);
+}
+
+#[test]
+fn h2c_follows_a_proxy_protocol_header() {
+    let s = crate::server_with(
+        &[("f", b"f")],
+        "workers = 1\nlisten = [{ address = \"127.0.0.1:0\", proxy_protocol = true }]\n[log]\naccess = \"{dir}/access.log\"\n",
+    );
+    let mut r = Raw {
+        s: TcpStream::connect(s.addr).unwrap(),
+        buf: Vec::new(),
+    };
+    r.s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut first = b"PROXY TCP4 192.0.2.7 127.0.0.1 5555 80\r\n".to_vec();
+    first.extend_from_slice(PREFACE);
+    first.extend(frame(SETTINGS, 0, 0, &[]));
+    first.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &get("/f")));
+    r.send(&first);
+    assert_eq!(r.body_of(1), Some(1));
+    let log = crate::poll_until(|| {
+        let t = std::fs::read_to_string(s.path("access.log")).ok()?;
+        t.contains("HTTP/2.0").then_some(t)
+    });
+    assert!(
+        log.starts_with("192.0.2.7 "),
+        "the address from the PROXY header: {log}"
+    );
+    s.assert_clean_log(&[]);
+}
+
+#[test]
+fn a_reload_applies_to_the_next_stream_of_an_open_connection() {
+    let s = server(
+        &[("a/f", b"a"), ("b/f", b"b")],
+        "[[location]]\nroot = \"root/a\"\n",
+    );
+    let mut r = Raw::open(s.addr);
+    r.send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &get("/f")));
+    let first = r.body_of(1);
+    assert_eq!(first, Some(1));
+    s.rewrite_config("workers = 1\n[[location]]\nroot = \"root/b\"\n");
+    s.signal(libc::SIGHUP);
+    assert!(s.wait_for_log("reloaded", Duration::from_secs(10)));
+    // The same connection, a new stream: the new root. (DATA payloads are read raw here.)
+    r.send(&frame(HEADERS, END_HEADERS | END_STREAM, 3, &get("/f")));
+    let mut body = Vec::new();
+    while let Some((kind, flags, id, p)) = r.next() {
+        if id == 3 && kind == DATA {
+            body.extend_from_slice(&p);
+        }
+        if id == 3 && flags & END_STREAM != 0 {
+            break;
+        }
+    }
+    assert_eq!(body, b"b");
+    s.assert_clean_log(&[]);
+}
+
+#[test]
+fn a_client_that_leaves_mid_download_leaves_nothing_open() {
+    let big = crate::bytes(8 << 20, 3);
+    let s = server(&[("big.bin", &big)], "");
+    let before = s.open_fds();
+    for reset in [false, true] {
+        let mut r = Raw::open(s.addr);
+        r.send(&frame(WINDOW_UPDATE, 0, 0, &(1u32 << 30).to_be_bytes()));
+        r.send(&frame(WINDOW_UPDATE, 0, 1, &(1u32 << 30).to_be_bytes()));
+        r.send(&frame(
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            1,
+            &get("/big.bin"),
+        ));
+        // Some of the body, then the stream is reset or the connection closed.
+        while let Some((kind, ..)) = r.next() {
+            if kind == DATA {
+                break;
+            }
+        }
+        if reset {
+            r.send(&frame(RST_STREAM, 0, 1, &8u32.to_be_bytes()));
+            r.send(&frame(
+                HEADERS,
+                END_HEADERS | END_STREAM,
+                3,
+                &get("/big.bin"),
+            ));
+            r.send(&frame(RST_STREAM, 0, 3, &8u32.to_be_bytes()));
+        }
+        drop(r);
+    }
+    crate::poll_until(|| (s.open_fds() <= before).then_some(()));
+    s.assert_clean_log(&[]);
+}
