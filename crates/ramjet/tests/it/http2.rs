@@ -17,6 +17,7 @@ fn h2c(args: &[&str]) -> (bool, Vec<u8>) {
     crate::curl(&all)
 }
 
+#[cfg(feature = "fault-injection")]
 fn sha256(data: &[u8]) -> String {
     use std::process::Stdio;
     let mut c = Command::new("sha256sum")
