@@ -179,14 +179,7 @@ def run(name, binary, profile, duration, cert, key):
 
 
 def versions():
-    out = []
-    for cmd in (["nginx", "-v"], ["h2o", "--version"], ["h2load", "--version"]):
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True)
-            out.append((p.stdout + p.stderr).splitlines()[0].strip())
-        except (OSError, IndexError):
-            pass
-    return out
+    return procstat.tool_versions((["nginx", "-v"], ["h2o", "--version"], ["h2load", "--version"]))
 
 
 def main():
@@ -255,15 +248,8 @@ def main():
 
 
 def rss_kb(pid):
-    total = 0
-    for p in procstat.tree([pid]):
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total
+    """Resident KB of a process tree."""
+    return procstat.tree_rss_kb(pid)
 
 
 def h2c_request(port):

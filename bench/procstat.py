@@ -45,6 +45,31 @@ def tree_cpu(pids):
     return total
 
 
+def tree_rss_kb(pid):
+    """Resident KB of a process and its live descendants."""
+    total = 0
+    for p in tree([pid]):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def tool_versions(commands):
+    """The first line each of `commands` (e.g. ["nginx", "-v"]) prints, for reports."""
+    out = []
+    for cmd in commands:
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            out.append((p.stdout + p.stderr).splitlines()[0].strip())
+        except (OSError, IndexError):
+            pass
+    return out
+
+
 def wait_port(port, proc=None, within=20):
     """Until something accepts on 127.0.0.1:port; fails if `proc` (if given) exits first."""
     end = time.time() + within

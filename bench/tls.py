@@ -187,15 +187,7 @@ def run(name, binary, profile, duration, cert, key):
 
 def rss_kb(pid):
     """Resident KB of a process tree."""
-    total = 0
-    for p in procstat.tree([pid]):
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total
+    return procstat.tree_rss_kb(pid)
 
 
 def idle_memory(name, binary, count, cert, key):
@@ -391,14 +383,7 @@ def idle_report(servers, args, cert, key):
 
 
 def versions():
-    out = []
-    for cmd in (["nginx", "-v"], ["h2o", "--version"], ["wrk", "--version"], ["h2load", "--version"]):
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True)
-            out.append((p.stdout + p.stderr).splitlines()[0].strip())
-        except (OSError, IndexError):
-            pass
-    return out
+    return procstat.tool_versions((["nginx", "-v"], ["h2o", "--version"], ["wrk", "--version"], ["h2load", "--version"]))
 
 
 if __name__ == "__main__":
