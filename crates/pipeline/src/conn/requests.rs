@@ -265,14 +265,13 @@ impl Conn {
     }
 }
 
-/// A complete first line whose last word is not `HTTP/...`: not an HTTP/1 request line.
+/// A complete first line that names no HTTP version anywhere: not an HTTP/1 request line,
+/// even a malformed one (those get their 400).
 fn not_http(input: &[u8]) -> bool {
     let Some(end) = input.iter().position(|&b| b == b'\n') else {
         return false;
     };
-    let line = input[..end].strip_suffix(b"\r").unwrap_or(&input[..end]);
-    let last = line.rsplit(|&b| b == b' ').next().unwrap_or(line);
-    !last.starts_with(b"HTTP/")
+    !input[..end].windows(5).any(|w| w == b"HTTP/")
 }
 
 #[cfg(test)]
@@ -285,5 +284,6 @@ mod tests {
         assert!(!not_http(b"GET / HTTP/1.1\r\n"));
         assert!(!not_http(b"GET / HTTP/3.0\r\n"));
         assert!(!not_http(b"INVALID CONNECTION"));
+        assert!(!not_http(b"GET / HTTP/1.1 x\r\n"));
     }
 }
