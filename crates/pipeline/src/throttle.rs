@@ -79,6 +79,19 @@ impl Throttle {
         self.after_left = self.after;
     }
 
+    /// Wait until some of `want` bytes may go, and take them from every bucket: how many
+    /// (at least one). For an HTTP/2 stream, whose bytes leave through h2, not a `Sink`.
+    pub(crate) async fn admit(&mut self, want: u64) -> u64 {
+        loop {
+            let n = self.grant(want, Instant::now());
+            if n > 0 {
+                self.used(n);
+                return n;
+            }
+            tokio::time::sleep(self.ready_in(Instant::now())).await;
+        }
+    }
+
     /// How many of `want` bytes may be written now (taken from every bucket).
     fn grant(&mut self, want: u64, now: Instant) -> u64 {
         let free = self.after_left.min(want);

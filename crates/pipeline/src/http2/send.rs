@@ -13,6 +13,7 @@ use ramjet_http1::Version;
 
 use crate::conn::{framing, location_headers, Framing};
 use crate::response::{Body, Part, Response};
+use crate::throttle::Throttle;
 
 /// Most bytes of a file read for one DATA run (the window may grant less).
 const FILE_PIECE: usize = 256 * 1024;
@@ -149,27 +150,32 @@ pub(super) enum Stopped {
     Source,
 }
 
-/// Send `body` on `tx`, ending the stream; returns the bytes sent.
-pub(super) async fn body(
-    tx: &mut SendStream<Bytes>,
-    body: Body,
-    idle: Duration,
-    sent: &mut u64,
-) -> Result<(), Stopped> {
+/// How a body goes out: the stream, the longest wait for a window, the stream's send
+/// rates (`limit_rate` and its kin, per stream as nginx applies them), the bytes sent.
+pub(super) struct Out<'a> {
+    pub tx: &'a mut SendStream<Bytes>,
+    pub idle: Duration,
+    pub throttle: Option<&'a mut Throttle>,
+    pub sent: u64,
+}
+
+/// Send `body`, ending the stream.
+pub(super) async fn body(o: &mut Out<'_>, body: Body) -> Result<(), Stopped> {
+    if let Some(t) = o.throttle.as_deref_mut() {
+        t.begin_flush();
+    }
     match body {
-        Body::Empty | Body::Upgrade(_) => end(tx),
-        Body::Bytes(b) => bytes(tx, b, true, idle, sent).await,
-        Body::File { file, offset, len } => {
-            self::file(tx, &file, offset, len, true, idle, sent).await
-        }
-        Body::Parts(parts) if parts.is_empty() => end(tx),
+        Body::Empty | Body::Upgrade(_) => end(o.tx),
+        Body::Bytes(b) => bytes(o, b, true).await,
+        Body::File { file, offset, len } => self::file(o, &file, offset, len, true).await,
+        Body::Parts(parts) if parts.is_empty() => end(o.tx),
         Body::Parts(parts) => {
             let last = parts.len() - 1;
             for (i, p) in parts.into_iter().enumerate() {
                 match p {
-                    Part::Bytes(b) => bytes(tx, b, i == last, idle, sent).await?,
+                    Part::Bytes(b) => bytes(o, b, i == last).await?,
                     Part::File { file, offset, len } => {
-                        self::file(tx, &file, offset, len, i == last, idle, sent).await?
+                        self::file(o, &file, offset, len, i == last).await?
                     }
                 }
             }
@@ -182,23 +188,23 @@ pub(super) async fn body(
                     None => break,
                     Some(Err(_)) => return Err(Stopped::Source),
                     Some(Ok(piece)) => {
-                        if declared.is_some_and(|d| *sent + piece.len() as u64 > d) {
+                        if declared.is_some_and(|d| o.sent + piece.len() as u64 > d) {
                             return Err(Stopped::Source);
                         }
-                        bytes(tx, piece, false, idle, sent).await?;
+                        bytes(o, piece, false).await?;
                     }
                 }
             }
-            if declared.is_some_and(|d| *sent != d) {
+            if declared.is_some_and(|d| o.sent != d) {
                 return Err(Stopped::Source);
             }
             match source.trailers() {
                 Some(block) => {
                     let mut map = HeaderMap::new();
                     fields_into(&block, &mut map);
-                    tx.send_trailers(map).map_err(|_| Stopped::Gone)
+                    o.tx.send_trailers(map).map_err(|_| Stopped::Gone)
                 }
-                None => end(tx),
+                None => end(o.tx),
             }
         }
     }
@@ -208,19 +214,21 @@ fn end(tx: &mut SendStream<Bytes>) -> Result<(), Stopped> {
     tx.send_data(Bytes::new(), true).map_err(|_| Stopped::Gone)
 }
 
-/// Wait until the stream may send some of `want` bytes; how many.
-async fn capacity(
-    tx: &mut SendStream<Bytes>,
-    want: usize,
-    idle: Duration,
-) -> Result<usize, Stopped> {
+/// Wait until the stream may send some of `want` bytes (the client's window, then the
+/// send rates); how many.
+async fn capacity(o: &mut Out<'_>, want: usize) -> Result<usize, Stopped> {
+    let tx = &mut *o.tx;
     tx.reserve_capacity(want);
     loop {
         let now = tx.capacity();
         if now > 0 {
-            return Ok(now.min(want));
+            let n = now.min(want);
+            return Ok(match o.throttle.as_deref_mut() {
+                Some(t) => t.admit(n as u64).await as usize,
+                None => n,
+            });
         }
-        match tokio::time::timeout(idle, poll_fn(|cx| tx.poll_capacity(cx))).await {
+        match tokio::time::timeout(o.idle, poll_fn(|cx| tx.poll_capacity(cx))).await {
             Err(_) => return Err(Stopped::Stalled),
             Ok(None) | Ok(Some(Err(_))) => return Err(Stopped::Gone),
             Ok(Some(Ok(_))) => {}
@@ -228,21 +236,15 @@ async fn capacity(
     }
 }
 
-async fn bytes(
-    tx: &mut SendStream<Bytes>,
-    mut b: Bytes,
-    last: bool,
-    idle: Duration,
-    sent: &mut u64,
-) -> Result<(), Stopped> {
+async fn bytes(o: &mut Out<'_>, mut b: Bytes, last: bool) -> Result<(), Stopped> {
     if b.is_empty() {
-        return if last { end(tx) } else { Ok(()) };
+        return if last { end(o.tx) } else { Ok(()) };
     }
     while !b.is_empty() {
-        let n = capacity(tx, b.len(), idle).await?;
+        let n = capacity(o, b.len()).await?;
         let piece = b.split_to(n);
-        *sent += n as u64;
-        tx.send_data(piece, last && b.is_empty())
+        o.sent += n as u64;
+        o.tx.send_data(piece, last && b.is_empty())
             .map_err(|_| Stopped::Gone)?;
     }
     Ok(())
@@ -251,22 +253,20 @@ async fn bytes(
 /// A file range, read as the windows allow: from the page cache on the event loop when
 /// it is there, else on the blocking pool (the loop never waits for the disk).
 async fn file(
-    tx: &mut SendStream<Bytes>,
+    o: &mut Out<'_>,
     file: &std::sync::Arc<std::fs::File>,
     mut offset: u64,
     len: u64,
     last: bool,
-    idle: Duration,
-    sent: &mut u64,
 ) -> Result<(), Stopped> {
     use std::os::unix::fs::FileExt;
     let end_at = offset + len;
     if len == 0 {
-        return if last { end(tx) } else { Ok(()) };
+        return if last { end(o.tx) } else { Ok(()) };
     }
     while offset < end_at {
         let want = ((end_at - offset) as usize).min(FILE_PIECE);
-        let n = capacity(tx, want, idle).await?;
+        let n = capacity(o, want).await?;
         let piece = if ramjet_runtime::sys::is_resident(file, offset, n as u64) {
             let mut buf = vec![0u8; n];
             let got = file
@@ -291,8 +291,8 @@ async fn file(
             return Err(Stopped::Source);
         }
         offset += piece.len() as u64;
-        *sent += piece.len() as u64;
-        tx.send_data(Bytes::from(piece), last && offset == end_at)
+        o.sent += piece.len() as u64;
+        o.tx.send_data(Bytes::from(piece), last && offset == end_at)
             .map_err(|_| Stopped::Gone)?;
     }
     Ok(())

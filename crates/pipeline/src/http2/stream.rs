@@ -18,6 +18,7 @@ use crate::error_page::{customise, error_response};
 use crate::request_body::{Finished, RequestBody};
 use crate::response::Response;
 use crate::stage;
+use crate::throttle::Throttle;
 use crate::worker::{Generation, HttpWorker};
 
 /// What every stream of a connection shares.
@@ -177,7 +178,6 @@ pub(super) async fn serve<C: Content>(
         respond.send_reset(Reason::HTTP_1_1_REQUIRED);
         return;
     }
-    let extra = location.and_then(|l| l.response_headers.as_deref());
     let slot = location.map_or(0, |l| l.metrics);
     let line = log_line(&head);
     if let Ok(Some(Finished::Http2(mut rest))) = body_result {
@@ -201,7 +201,7 @@ pub(super) async fn serve<C: Content>(
         &gen,
         &mut respond,
         response,
-        extra,
+        location,
         head_only,
         info,
         started,
@@ -250,7 +250,7 @@ async fn answer<C: Content>(
     gen: &Generation,
     respond: &mut SendResponse<Bytes>,
     mut response: Response,
-    extra: Option<&ramjet_config::ResponseHeaders>,
+    location: Option<&ramjet_config::Location>,
     head_only: bool,
     info: ConnInfo,
     started: Instant,
@@ -271,6 +271,7 @@ async fn answer<C: Content>(
     let (h, unix_secs) = {
         let mut date = w.date.borrow_mut();
         let (date, unix_secs) = date.now();
+        let extra = location.and_then(|l| l.response_headers.as_deref());
         (send::head(&mut response, date, unix_secs, extra), unix_secs)
     };
     let no_body = head_only
@@ -281,7 +282,23 @@ async fn answer<C: Content>(
     match respond.send_response(h, no_body) {
         Err(_) => {}
         Ok(mut tx) if !no_body => {
-            match send::body(&mut tx, response.body, gen.config.timeouts.send, &mut sent).await {
+            // Send rates only when a location or the server has them.
+            let mut throttle = if gen.config.send_rate.is_some()
+                || location.is_some_and(|l| l.shaping.is_some())
+            {
+                Throttle::of((location, 0), &gen.config, info.peer, None)
+            } else {
+                None
+            };
+            let mut out = send::Out {
+                tx: &mut tx,
+                idle: gen.config.timeouts.send,
+                throttle: throttle.as_mut().map(|t| t.get_mut()),
+                sent: 0,
+            };
+            let r = send::body(&mut out, response.body).await;
+            sent = out.sent;
+            match r {
                 Ok(()) => {}
                 Err(send::Stopped::Gone) => {}
                 Err(send::Stopped::Stalled) => tx.send_reset(Reason::CANCEL),

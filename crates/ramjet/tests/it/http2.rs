@@ -866,17 +866,26 @@ fn a_reload_applies_to_the_next_stream_of_an_open_connection() {
     s.rewrite_config("workers = 1\n[[location]]\nroot = \"root/b\"\n");
     s.signal(libc::SIGHUP);
     assert!(s.wait_for_log("reloaded", Duration::from_secs(10)));
-    // The same connection, a new stream: the new root. (DATA payloads are read raw here.)
-    r.send(&frame(HEADERS, END_HEADERS | END_STREAM, 3, &get("/f")));
-    let mut body = Vec::new();
-    while let Some((kind, flags, id, p)) = r.next() {
-        if id == 3 && kind == DATA {
-            body.extend_from_slice(&p);
+    // The same connection, new streams: the new root, once the worker has taken the new
+    // configuration (it does so between two events; polled, not waited for).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut id = 3;
+    let body = loop {
+        r.send(&frame(HEADERS, END_HEADERS | END_STREAM, id, &get("/f")));
+        let mut body = Vec::new();
+        while let Some((kind, flags, sid, p)) = r.next() {
+            if sid == id && kind == DATA {
+                body.extend_from_slice(&p);
+            }
+            if sid == id && flags & END_STREAM != 0 {
+                break;
+            }
         }
-        if id == 3 && flags & END_STREAM != 0 {
-            break;
+        if body == b"b" || Instant::now() > deadline {
+            break body;
         }
-    }
+        id += 2;
+    };
     assert_eq!(body, b"b");
     s.assert_clean_log(&[]);
 }
@@ -915,5 +924,24 @@ fn a_client_that_leaves_mid_download_leaves_nothing_open() {
         drop(r);
     }
     crate::poll_until(|| (s.open_fds() <= before).then_some(()));
+    s.assert_clean_log(&[]);
+}
+
+#[test]
+fn send_rates_apply_to_h2_streams() {
+    let big = crate::bytes(300_000, 4);
+    let s = server(
+        &[("slow/big.bin", &big)],
+        "[[location]]\nroot = \"root\"\n[[location]]\npath = \"/slow/\"\nroot = \"root\"\nlimit_rate = \"100k\"\n",
+    );
+    let t = Instant::now();
+    let (ok, body) = h2c(&[&s.url("/slow/big.bin")]);
+    assert!(ok && body == big, "{} bytes", body.len());
+    // 300 KB at 100 KiB/s is about 3 s; at least half of that whatever the machine.
+    assert!(
+        t.elapsed() >= Duration::from_millis(1500),
+        "{:?}",
+        t.elapsed()
+    );
     s.assert_clean_log(&[]);
 }
