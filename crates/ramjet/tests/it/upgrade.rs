@@ -144,3 +144,90 @@ fn a_new_binary_that_fails_to_start_leaves_the_old_one_serving() {
     assert_eq!(s.get("/a.txt").text(), "still here");
     assert_eq!(serving(&s.config_path), vec![s.pid()]);
 }
+
+#[test]
+fn an_upgrade_sends_http2_connections_goaway_and_finishes_their_streams() {
+    let dir = Server::dir();
+    std::fs::write(dir.path().join("root/big.bin"), bytes(1 << 20, 9)).unwrap();
+    let mut s = Server::start(
+        BIN,
+        dir,
+        "workers = 1\n[log]\naccess = \"off\"\n[[location]]\nroot = \"root\"\n",
+    );
+    let _reaper = Reaper(s.config_path.clone());
+    let old = s.pid();
+    // An idle HTTP/2 connection (raw frames), and an HTTP/2 download in progress.
+    let mut idle = std::net::TcpStream::connect(s.addr).unwrap();
+    idle.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    use std::io::{Read, Write};
+    idle.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .unwrap();
+    let got = s.path("got.bin");
+    let download = Command::new("curl")
+        .args([
+            "-s",
+            "--http2-prior-knowledge",
+            "--limit-rate",
+            "400k",
+            "-o",
+        ])
+        .arg(&got)
+        .arg(s.url("/big.bin"))
+        .spawn()
+        .unwrap();
+    crate::poll_until(|| {
+        std::fs::metadata(&got)
+            .ok()
+            .filter(|m| m.len() > 0)
+            .map(|_| ())
+    });
+    s.signal(libc::SIGUSR2);
+    // The idle connection is told to go away: frames until a GOAWAY (type 7).
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let goaway = loop {
+        let mut at = 0;
+        let mut found = None;
+        while at + 9 <= buf.len() {
+            let n = (usize::from(buf[at]) << 16)
+                | (usize::from(buf[at + 1]) << 8)
+                | usize::from(buf[at + 2]);
+            if at + 9 + n > buf.len() {
+                break;
+            }
+            if buf[at + 3] == 7 {
+                found = Some(u32::from_be_bytes([
+                    buf[at + 13],
+                    buf[at + 14],
+                    buf[at + 15],
+                    buf[at + 16],
+                ]));
+            }
+            at += 9 + n;
+        }
+        if found.is_some() {
+            break found;
+        }
+        match idle.read(&mut chunk) {
+            Ok(0) | Err(_) => break None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    assert_eq!(goaway, Some(0), "GOAWAY with NO_ERROR");
+    // The download finishes whole in the old process, which then exits.
+    let out = download.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert!(
+        std::fs::read(&got).unwrap() == bytes(1 << 20, 9),
+        "the download was cut"
+    );
+    crate::poll_until(|| s.exited());
+    // The new process serves HTTP/2.
+    let (ok, body) = crate::curl(&["--http2-prior-knowledge", &s.url("/big.bin")]);
+    assert!(ok && body == bytes(1 << 20, 9));
+    let now = serving(&s.config_path);
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(now[0], old);
+    s.assert_clean_log(&[]);
+}
