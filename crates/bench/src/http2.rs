@@ -18,6 +18,7 @@ use crate::exchange::Failure;
 use crate::progress::Counter;
 use crate::report::Report;
 use crate::spec::Spec;
+use crate::tls;
 
 /// What every stream of a connection shares.
 struct Shared {
@@ -73,20 +74,23 @@ pub(crate) async fn connection(
             }
         };
         let _ = tcp.set_nodelay(true);
-        let handshake = h2::client::Builder::new()
-            .initial_window_size(16 << 20)
-            .initial_connection_window_size(64 << 20)
-            .handshake::<_, Bytes>(tcp);
-        let (client, conn) = match tokio::time::timeout(spec.timeout, handshake).await {
-            Ok(Ok(pair)) => pair,
-            _ => {
-                shared.report.borrow_mut().errors.reset += 1;
-                continue;
-            }
+        let driver = if spec.tls {
+            let host = spec.targets[index % spec.targets.len()].host.clone();
+            let tls = match tokio::time::timeout(spec.timeout, tls::connect(tcp, &host)).await {
+                Ok(Ok(s)) => s,
+                _ => {
+                    shared.report.borrow_mut().errors.reset += 1;
+                    continue;
+                }
+            };
+            handshake(spec, tls).await
+        } else {
+            handshake(spec, tcp).await
         };
-        let driver = tokio::task::spawn_local(async move {
-            let _ = conn.await;
-        });
+        let Some((client, driver)) = driver else {
+            shared.report.borrow_mut().errors.reset += 1;
+            continue;
+        };
         let streams: Vec<_> = (0..spec.pipeline.max(1))
             .map(|s| {
                 tokio::task::spawn_local(stream(
@@ -108,6 +112,29 @@ pub(crate) async fn connection(
     }
 }
 
+/// The HTTP/2 handshake on `io`; the client handle and the task that drives the
+/// connection.
+async fn handshake<T>(
+    spec: &Spec,
+    io: T,
+) -> Option<(SendRequest<Bytes>, tokio::task::JoinHandle<()>)>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'static,
+{
+    let handshake = h2::client::Builder::new()
+        .initial_window_size(16 << 20)
+        .initial_connection_window_size(64 << 20)
+        .handshake::<_, Bytes>(io);
+    let (client, conn) = tokio::time::timeout(spec.timeout, handshake)
+        .await
+        .ok()?
+        .ok()?;
+    let driver = tokio::task::spawn_local(async move {
+        let _ = conn.await;
+    });
+    Some((client, driver))
+}
+
 /// Requests one after another on a stream slot; `false` if the connection broke.
 async fn stream(mut client: SendRequest<Bytes>, shared: Rc<Shared>, first: usize) -> bool {
     let spec = &shared.spec;
@@ -119,7 +146,12 @@ async fn stream(mut client: SendRequest<Bytes>, shared: Rc<Shared>, first: usize
         let t = &spec.targets[next];
         next = (next + 1) % spec.targets.len();
         let mut req = http::Request::builder()
-            .uri(format!("http://{}{}", t.host, t.path))
+            .uri(format!(
+                "{}://{}{}",
+                if spec.tls { "https" } else { "http" },
+                t.host,
+                t.path
+            ))
             .body(())
             .expect("a valid request");
         for (name, value) in &spec.headers {

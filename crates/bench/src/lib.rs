@@ -25,6 +25,7 @@ mod spec;
 pub mod specweb;
 mod sweep;
 mod threads;
+mod tls;
 
 pub use closed::{run, run_counted};
 pub use fleet::run_processes;

@@ -86,6 +86,9 @@ pub struct Spec {
     /// HTTP/2 by prior knowledge (cleartext), `pipeline` streams in flight per connection
     /// (closed loop).
     pub http2: bool,
+    /// With `http2`: over TLS (`https://` URLs), ALPN `h2`, the server's certificate not
+    /// checked (a load generator, as h2load does not check it either).
+    pub tls: bool,
 }
 
 impl Default for Spec {
@@ -107,6 +110,7 @@ impl Default for Spec {
             discard_body: false,
             per_connection: None,
             http2: false,
+            tls: false,
         }
     }
 }

@@ -33,6 +33,7 @@ fn spec(addr: SocketAddr) -> Spec {
         discard_body: false,
         per_connection: None,
         http2: false,
+        tls: false,
     }
 }
 

@@ -49,7 +49,8 @@ pub struct BenchArgs {
     /// Speak HTTP/1.0.
     #[arg(long)]
     http10: bool,
-    /// Speak HTTP/2 (cleartext, prior knowledge); --pipeline N is then N streams in
+    /// Speak HTTP/2: cleartext by prior knowledge for http:// URLs, TLS with ALPN h2 for
+    /// https:// ones (the certificate is not checked); --pipeline N is then N streams in
     /// flight per connection (h2load's -m). Closed loop, keep-alive.
     #[arg(long, conflicts_with_all = ["http10", "no_keepalive", "requests_per_connection", "rate", "sweep", "discard_body", "slow"])]
     h2: bool,
@@ -122,14 +123,42 @@ pub struct BenchArgs {
     no_progress: bool,
 }
 
+/// `https://host/path` as `http://host:443/path` (the port made explicit), for the target
+/// parser; other URLs as they are.
+fn https_as_http(url: &str) -> String {
+    let Some(rest) = url.strip_prefix("https://") else {
+        return url.to_string();
+    };
+    let (authority, path) = rest
+        .find('/')
+        .map_or((rest, "/"), |i| (&rest[..i], &rest[i..]));
+    let has_port = authority
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+        && !authority.ends_with(']');
+    if has_port {
+        format!("http://{authority}{path}")
+    } else {
+        format!("http://{authority}:443{path}")
+    }
+}
+
 pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
     if !args.plot.is_empty() {
         return plot(&args);
     }
+    // `https://` only with --h2 (HTTP/2 over TLS), every URL of the run the same scheme.
+    let tls = args.urls.iter().any(|u| u.starts_with("https://"));
+    if tls && !args.h2 {
+        bail!("https:// URLs need --h2 (HTTP/2 over TLS); the HTTP/1 load is cleartext");
+    }
+    if tls && !args.urls.iter().all(|u| u.starts_with("https://")) {
+        bail!("mix of http:// and https:// URLs: one scheme per run");
+    }
     let mut targets = args
         .urls
         .iter()
-        .map(|u| Target::parse(u).map_err(anyhow::Error::msg))
+        .map(|u| Target::parse(&https_as_http(u)).map_err(anyhow::Error::msg))
         .collect::<anyhow::Result<Vec<_>>>()?;
     if let Some(file) = &args.urls_file {
         let text =
@@ -182,6 +211,7 @@ pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
         discard_body: args.discard_body,
         per_connection: args.requests_per_connection,
         http2: args.h2,
+        tls,
     };
     if let Some(sweep) = &args.sweep {
         return run_sweep(&args, &spec, sweep);

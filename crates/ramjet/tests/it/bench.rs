@@ -79,6 +79,44 @@ fn h2_multiplexes_streams_and_counts_exactly() {
 }
 
 #[test]
+fn h2_over_tls_negotiates_h2_and_counts_exactly() {
+    let s = crate::tls::tls_server(
+        &[("4k.bin", &bytes(4096, 3))],
+        "[[location]]\nroot = \"root\"\n[[location]]\npath = \"/metrics\"\nhandlers = [\"metrics\"]\n",
+    );
+    let url = format!("https://localhost:{}/4k.bin", s.tls_addr.unwrap().port());
+    let out = bench(&[
+        "--h2",
+        "-c",
+        "2",
+        "-n",
+        "300",
+        "--pipeline",
+        "4",
+        "--json",
+        &url,
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["responses"], 300);
+    assert_eq!(v["errors"]["total"], 0);
+    let (_, m) = crate::curl(&[&s.url("/metrics")]);
+    let m = String::from_utf8(m).unwrap();
+    assert!(
+        m.contains("ramjet_tls_handshakes_completed_total 2\n"),
+        "{m}"
+    );
+    assert!(m.contains("ramjet_http2_streams_total 300\n"), "{m}");
+    // https:// without --h2 is refused with a reason.
+    let refused = Command::new(BIN)
+        .args(["bench", "-n", "1", &url])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("https:// URLs need --h2"));
+    s.assert_clean_log(&[]);
+}
+
+#[test]
 fn sweep_writes_csv_json_and_svg() {
     let s = server_with(&[("4k.bin", &bytes(4096, 2))], "");
     let dir = tempfile::tempdir().unwrap();
