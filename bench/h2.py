@@ -38,10 +38,6 @@ TLS_PORTS = {"ramjet": 18543, "nginx": 18544, "h2o": 18545}
 CLEAR_PORTS = {"ramjet": 18553, "nginx": 18554, "h2o": 18555}
 
 
-def sh(cmd, **kw):
-    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
-
-
 def make_files():
     WWW.mkdir(parents=True, exist_ok=True)
     (WWW / "6b.txt").write_bytes(b"hello\n")
@@ -49,12 +45,7 @@ def make_files():
     if not p.exists() or p.stat().st_size != 100 << 20:
         with open(p, "wb") as f:
             f.write(os.urandom(100 << 20))
-    cert, key = WORK / "cert.pem", WORK / "key.pem"
-    if not cert.exists():
-        sh(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "30", "-subj", "/CN=localhost",
-            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
-    return cert, key
+    return procstat.self_signed_cert(WORK)
 
 
 def server_cmd(name, conf, binary, cert, key):

@@ -45,6 +45,18 @@ def tree_cpu(pids):
     return total
 
 
+def self_signed_cert(work):
+    """An ECDSA P-256 certificate for localhost and 127.0.0.1 under `work` (made once):
+    (certificate path, key path)."""
+    cert, key = work / "cert.pem", work / "key.pem"
+    if not cert.exists():
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                        "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "30", "-subj", "/CN=localhost",
+                        "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"],
+                       check=True, capture_output=True, text=True)
+    return cert, key
+
+
 def tree_rss_kb(pid):
     """Resident KB of a process and its live descendants."""
     total = 0

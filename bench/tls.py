@@ -38,10 +38,6 @@ PORTS = {"ramjet": 18443, "nginx": 18444, "h2o": 18445}
 CLEAR = 18446  # ramjet's cleartext port, for its counters
 
 
-def sh(cmd, **kw):
-    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
-
-
 def make_files():
     WWW.mkdir(parents=True, exist_ok=True)
     for name, size in [("4k.bin", 4096), ("100m.bin", 100 << 20)]:
@@ -49,12 +45,7 @@ def make_files():
         if not p.exists() or p.stat().st_size != size:
             with open(p, "wb") as f:
                 f.write(os.urandom(size))
-    cert, key = WORK / "cert.pem", WORK / "key.pem"
-    if not cert.exists():
-        sh(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-            "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "30", "-subj", "/CN=localhost",
-            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
-    return cert, key
+    return procstat.self_signed_cert(WORK)
 
 
 def server_cmd(name, conf, binary, cert, key):

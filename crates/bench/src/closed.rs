@@ -27,15 +27,17 @@ pub fn run_counted(spec: &Spec, done: &Counter) -> Report {
         return crate::open::run(spec, done);
     }
     let spec = Arc::new(spec.clone());
-    let budget = Arc::new(AtomicU64::new(spec.requests.unwrap_or(u64::MAX)));
     let start = Instant::now();
-    let stop_at = spec.duration.map(|d| start + d);
+    let limits = Limits {
+        stop_at: spec.duration.map(|d| start + d),
+        budget: Arc::new(AtomicU64::new(spec.requests.unwrap_or(u64::MAX))),
+    };
     let threads = spec.threads.max(1).min(spec.connections.max(1));
     let done = done.clone();
     let cpus = spec.cpus.clone();
     let reports = on_threads(threads, &cpus, move |t| {
         let spec = spec.clone();
-        let budget = budget.clone();
+        let limits = limits.clone();
         let done = done.clone();
         async move {
             let report = Rc::new(RefCell::new(Report::default()));
@@ -46,8 +48,7 @@ pub fn run_counted(spec: &Spec, done: &Counter) -> Report {
                     tokio::task::spawn_local(connection(
                         spec.clone(),
                         c,
-                        stop_at,
-                        budget.clone(),
+                        limits.clone(),
                         report.clone(),
                         done.clone(),
                     ))
@@ -67,16 +68,36 @@ pub fn run_counted(spec: &Spec, done: &Counter) -> Report {
     total
 }
 
+/// When a closed-loop run ends: at its deadline, or once its requests are all taken.
+#[derive(Clone)]
+pub(crate) struct Limits {
+    stop_at: Option<Instant>,
+    /// Requests left to send, shared by every connection.
+    budget: Arc<AtomicU64>,
+}
+
+impl Limits {
+    pub(crate) fn over(&self) -> bool {
+        self.stop_at.is_some_and(|t| Instant::now() >= t)
+    }
+
+    /// Take one request from the budget; `false` when none is left.
+    pub(crate) fn take(&self) -> bool {
+        self.budget
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+    }
+}
+
 async fn connection(
     spec: Arc<Spec>,
     index: usize,
-    stop_at: Option<Instant>,
-    budget: Arc<AtomicU64>,
+    limits: Limits,
     report: Rc<RefCell<Report>>,
     done: Counter,
 ) {
     if spec.http2 {
-        return crate::http2::connection(spec, index, stop_at, budget, report, done).await;
+        return crate::http2::connection(spec, index, limits, report, done).await;
     }
     let requests: Vec<Vec<u8>> = spec.targets.iter().map(|t| spec.request(t)).collect();
     // A connection of `per_connection` requests ends with one that asks to close.
@@ -98,12 +119,8 @@ async fn connection(
     } else {
         1
     };
-    let over = || stop_at.is_some_and(|t| Instant::now() >= t);
-    let take = || {
-        budget
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-            .is_ok()
-    };
+    let over = || limits.over();
+    let take = || limits.take();
     let mut out: Vec<u8> =
         Vec::with_capacity(requests.iter().map(Vec::len).max().unwrap_or(0) * depth);
     // A request is taken from the budget before connecting, so no connection is opened

@@ -5,7 +5,6 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,6 +12,7 @@ use bytes::Bytes;
 use h2::client::SendRequest;
 use tokio::net::TcpStream;
 
+use crate::closed::Limits;
 use crate::exchange::Answer;
 use crate::exchange::Failure;
 use crate::progress::Counter;
@@ -23,22 +23,9 @@ use crate::tls;
 /// What every stream of a connection shares.
 struct Shared {
     spec: Arc<Spec>,
-    stop_at: Option<Instant>,
-    budget: Arc<AtomicU64>,
+    limits: Limits,
     report: Rc<RefCell<Report>>,
     done: Counter,
-}
-
-impl Shared {
-    fn over(&self) -> bool {
-        self.stop_at.is_some_and(|t| Instant::now() >= t)
-    }
-
-    fn take(&self) -> bool {
-        self.budget
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-            .is_ok()
-    }
 }
 
 /// One connection (connection `index` of the run): reconnects after an error until the
@@ -46,20 +33,18 @@ impl Shared {
 pub(crate) async fn connection(
     spec: Arc<Spec>,
     index: usize,
-    stop_at: Option<Instant>,
-    budget: Arc<AtomicU64>,
+    limits: Limits,
     report: Rc<RefCell<Report>>,
     done: Counter,
 ) {
     let shared = Rc::new(Shared {
         spec,
-        stop_at,
-        budget,
+        limits,
         report,
         done,
     });
     let spec = &shared.spec;
-    while !shared.over() {
+    while !shared.limits.over() {
         let addr = spec.targets[index % spec.targets.len()].addr;
         let tcp = match tokio::time::timeout(spec.timeout, TcpStream::connect(addr)).await {
             Ok(Ok(s)) => s,
@@ -140,7 +125,7 @@ async fn stream(mut client: SendRequest<Bytes>, shared: Rc<Shared>, first: usize
     let spec = &shared.spec;
     let mut next = first % spec.targets.len();
     loop {
-        if shared.over() || !shared.take() {
+        if shared.limits.over() || !shared.limits.take() {
             return true;
         }
         let t = &spec.targets[next];

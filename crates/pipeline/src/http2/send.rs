@@ -74,6 +74,23 @@ pub(super) fn fields_into(block: &Bytes, map: &mut HeaderMap) {
     }
 }
 
+thread_local! {
+    /// This second's `date` value, made once (a clone shares its bytes).
+    static DATE: std::cell::RefCell<(u64, Option<HeaderValue>)> =
+        const { std::cell::RefCell::new((0, None)) };
+}
+
+/// The `date` field for the second `unix_secs` (whose HTTP-date is `date`).
+fn date_value(date: &[u8], unix_secs: u64) -> Option<HeaderValue> {
+    DATE.with_borrow_mut(|(secs, value)| {
+        if *secs != unix_secs || value.is_none() {
+            *value = HeaderValue::from_bytes(date).ok();
+            *secs = unix_secs;
+        }
+        value.clone()
+    })
+}
+
 /// The response head for `r`: status, `server`, `date`, the response's fields (its own
 /// are taken from it), the location's (`extra`), and `content-length` when the body's
 /// length is known.
@@ -89,7 +106,7 @@ pub(super) fn head(
     let map = out.headers_mut();
     map.reserve(12);
     map.insert(http::header::SERVER, HeaderValue::from_static("ramjet"));
-    if let Ok(d) = HeaderValue::from_bytes(date) {
+    if let Some(d) = date_value(date, unix_secs) {
         map.insert(http::header::DATE, d);
     }
     let mut located = Vec::new();

@@ -106,7 +106,7 @@ pub(super) async fn serve<C: Content>(
         Parse::Invalid(kind) => {
             let mut r = error_response(kind.status());
             customise(&mut r, config.error_pages.as_deref());
-            let line = request_line(&raw);
+            let line = &raw[..raw.iter().position(|&b| b == b'\r').unwrap_or(raw.len())];
             let logged = Logged {
                 host: None,
                 referer: None,
@@ -123,7 +123,7 @@ pub(super) async fn serve<C: Content>(
                 false,
                 info,
                 started,
-                &line,
+                line,
                 logged,
             )
             .await;
@@ -179,7 +179,6 @@ pub(super) async fn serve<C: Content>(
         return;
     }
     let slot = location.map_or(0, |l| l.metrics);
-    let line = log_line(&head);
     if let Ok(Some(Finished::Http2(mut rest))) = body_result {
         // The request is read to its end before it is answered, as an HTTP/1 connection
         // reads a body before the next request: a stream the client breaks later (a bad
@@ -205,33 +204,22 @@ pub(super) async fn serve<C: Content>(
         head_only,
         info,
         started,
-        &line,
+        head.request_line(),
         logged,
     )
     .await;
 }
 
-/// The access log's request line: `GET /path HTTP/2.0`, as nginx writes it.
-fn log_line(head: &ramjet_http1::RequestHead<'_>) -> Vec<u8> {
-    let mut line = Vec::with_capacity(head.method_token.len() + head.target.len() + 10);
-    line.extend_from_slice(head.method_token.as_bytes());
-    line.push(b' ');
-    line.extend_from_slice(head.target.as_bytes());
+/// The access log's request line, `GET /path HTTP/2.0` as nginx writes it, from the first
+/// line of the head built for the stream (`GET /path HTTP/1.1`).
+fn log_line(first: &[u8]) -> Vec<u8> {
+    let method_target = first
+        .iter()
+        .rposition(|&b| b == b' ')
+        .map_or(first, |at| &first[..at]);
+    let mut line = Vec::with_capacity(method_target.len() + 9);
+    line.extend_from_slice(method_target);
     line.extend_from_slice(b" HTTP/2.0");
-    line
-}
-
-/// The request line of a head the parser refused (up to its first line end).
-fn request_line(raw: &[u8]) -> Vec<u8> {
-    let end = raw.iter().position(|&b| b == b'\r').unwrap_or(raw.len());
-    let mut line = raw[..end].to_vec();
-    if let Some(at) = line
-        .windows(9)
-        .rposition(|w| w == b" HTTP/1.1" || w == b" HTTP/1.0")
-    {
-        line.truncate(at);
-        line.extend_from_slice(b" HTTP/2.0");
-    }
     line
 }
 
@@ -254,7 +242,7 @@ async fn answer<C: Content>(
     head_only: bool,
     info: ConnInfo,
     started: Instant,
-    line: &[u8],
+    first_line: &[u8],
     logged: Logged<'_>,
 ) {
     let status = response.status;
@@ -317,10 +305,11 @@ async fn answer<C: Content>(
     } else {
         0
     };
+    let line = log_line(first_line);
     log.record(&Entry {
         remote: info.peer.ip(),
         unix_secs,
-        request_line: line,
+        request_line: &line,
         host: logged.host,
         status,
         body_bytes: sent,

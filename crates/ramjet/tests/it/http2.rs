@@ -88,14 +88,15 @@ fn get(path: &str) -> Vec<u8> {
     b
 }
 
-struct Raw {
+/// A raw HTTP/2 client: frames written and read by hand (the other tests' too).
+pub(crate) struct Raw {
     s: TcpStream,
     buf: Vec<u8>,
 }
 
 impl Raw {
     /// A cleartext connection past the preface and an empty SETTINGS frame.
-    fn open(addr: SocketAddr) -> Raw {
+    pub(crate) fn open(addr: SocketAddr) -> Raw {
         let mut s = TcpStream::connect(addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         s.write_all(PREFACE).unwrap();
@@ -129,7 +130,7 @@ impl Raw {
     }
 
     /// Read until a GOAWAY; its error code (`None`: closed without one).
-    fn goaway(&mut self) -> Option<u32> {
+    pub(crate) fn goaway(&mut self) -> Option<u32> {
         while let Some((kind, _, _, p)) = self.next() {
             if kind == GOAWAY {
                 return Some(u32::from_be_bytes([p[4], p[5], p[6], p[7]]));

@@ -157,12 +157,7 @@ fn an_upgrade_sends_http2_connections_goaway_and_finishes_their_streams() {
     let _reaper = Reaper(s.config_path.clone());
     let old = s.pid();
     // An idle HTTP/2 connection (raw frames), and an HTTP/2 download in progress.
-    let mut idle = std::net::TcpStream::connect(s.addr).unwrap();
-    idle.set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    use std::io::{Read, Write};
-    idle.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
-        .unwrap();
+    let mut idle = crate::http2::Raw::open(s.addr);
     let got = s.path("got.bin");
     let download = Command::new("curl")
         .args([
@@ -183,37 +178,8 @@ fn an_upgrade_sends_http2_connections_goaway_and_finishes_their_streams() {
             .map(|_| ())
     });
     s.signal(libc::SIGUSR2);
-    // The idle connection is told to go away: frames until a GOAWAY (type 7).
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let goaway = loop {
-        let mut at = 0;
-        let mut found = None;
-        while at + 9 <= buf.len() {
-            let n = (usize::from(buf[at]) << 16)
-                | (usize::from(buf[at + 1]) << 8)
-                | usize::from(buf[at + 2]);
-            if at + 9 + n > buf.len() {
-                break;
-            }
-            if buf[at + 3] == 7 {
-                found = Some(u32::from_be_bytes([
-                    buf[at + 13],
-                    buf[at + 14],
-                    buf[at + 15],
-                    buf[at + 16],
-                ]));
-            }
-            at += 9 + n;
-        }
-        if found.is_some() {
-            break found;
-        }
-        match idle.read(&mut chunk) {
-            Ok(0) | Err(_) => break None,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    };
+    // The idle connection is told to go away.
+    let goaway = idle.goaway();
     assert_eq!(goaway, Some(0), "GOAWAY with NO_ERROR");
     // The download finishes whole in the old process, which then exits.
     let out = download.wait_with_output().unwrap();
