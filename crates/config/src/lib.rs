@@ -8,6 +8,7 @@
 
 mod access;
 mod acme;
+mod cache;
 mod cgi;
 mod either_form;
 mod error;
@@ -36,6 +37,7 @@ mod workers;
 
 pub use access::{AccessRules, Cidr};
 pub use acme::{AcmeOptions, AcmeSite};
+pub use cache::{CacheRule, CacheZone, KeyPart};
 pub use cgi::{find_user, CgiOptions, CgiUser};
 pub use error::ConfigError;
 pub use error_pages::{ErrorPage, ErrorPages};

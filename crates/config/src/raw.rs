@@ -42,6 +42,8 @@ pub struct RawConfig {
     pub upstream: Option<BTreeMap<String, RawUpstream>>,
     /// Certificates from an ACME CA for the sites with `tls = "acme"`.
     pub acme: Option<Spanned<crate::acme::RawAcme>>,
+    /// Caches a `proxy` location may store its answers in, by name.
+    pub cache: Option<BTreeMap<String, Spanned<crate::cache::RawCache>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -82,6 +84,16 @@ pub struct RawLocation {
     pub proxy_path: Option<Spanned<String>>,
     /// Host sent upstream (default: the client's).
     pub proxy_host: Option<String>,
+    /// The `[cache.NAME]` a `proxy` location stores answers in (`"off"`: none).
+    pub cache: Option<Spanned<String>>,
+    /// Every storable answer is fresh this long, whatever the origin says.
+    pub cache_ttl: Option<Seconds>,
+    /// Answers with `Set-Cookie` are stored (the field is not).
+    pub cache_ignore_set_cookie: Option<bool>,
+    /// What the cache key is made of (default scheme, host, path, query).
+    pub cache_key: Option<Spanned<Vec<String>>>,
+    /// Client address prefixes that may send `PURGE`.
+    pub cache_purge: Option<Spanned<Vec<String>>>,
     /// Largest request body accepted here (overrides `limits.max_body` either way, like
     /// nginx's `client_max_body_size` in a location).
     pub max_body: Option<Size>,

@@ -280,6 +280,8 @@ fn edit_distance(a: &str, b: &str) -> usize {
 struct Inherited<'a> {
     defaults: &'a RawLocation,
     upstreams: &'a [Upstream],
+    /// `[cache.NAME]` tables, and the names of those with errors.
+    caches: (&'a [crate::CacheZone], &'a [String]),
     max_body: u64,
     /// `[defaults]`' error pages and authentication, loaded once and shared.
     error_pages: Option<&'a Arc<ErrorPages>>,
@@ -363,6 +365,7 @@ impl<'a> Resolver<'a> {
                 }
             }
         }
+        let (caches, failed_caches) = self.caches(raw.cache.as_ref());
         let defaults = raw.defaults.unwrap_or_default();
         let error_pages = self
             .keep(self.error_pages(defaults.error_pages.as_ref(), "defaults"))
@@ -373,6 +376,7 @@ impl<'a> Resolver<'a> {
         let inherited = Inherited {
             defaults: &defaults,
             upstreams: &upstreams,
+            caches: (&caches, &failed_caches),
             max_body: limits.max_body,
             error_pages: error_pages.as_ref(),
             auth: auth.as_ref(),
@@ -493,6 +497,7 @@ impl<'a> Resolver<'a> {
             vhosts,
             default_vhost,
             upstreams,
+            caches,
             error_pages,
             send_rate,
             tls,
@@ -567,6 +572,7 @@ impl<'a> Resolver<'a> {
         let Inherited {
             defaults,
             upstreams,
+            caches,
             max_body,
             ..
         } = *inherited;
@@ -594,9 +600,18 @@ impl<'a> Resolver<'a> {
             false => None,
         };
         let proxy = match handlers.contains(&Handler::Proxy) {
-            true => Some(self.proxy(defaults, loc, key, upstreams)?),
+            true => Some(self.proxy(defaults, loc, key, upstreams, caches)?),
             false => None,
         };
+        if let (Some(c), None) = (loc.cache.as_ref(), &proxy) {
+            if c.get_ref() != "off" {
+                return Err(self.err(
+                    Some(c.span()),
+                    &format!("{key}.cache"),
+                    "the cache stores what the proxy handler forwards: this location has no proxy".into(),
+                ));
+            }
+        }
         let access = self.access(defaults, loc, key)?;
         let redirect = match handlers.contains(&Handler::Redirect) {
             true => Some(self.redirect(loc, key)?),

@@ -35,6 +35,8 @@ pub struct Resolved {
     pub default_vhost: usize,
     /// `[upstream.NAME]` tables, sorted by name; locations refer to them by index.
     pub upstreams: Vec<Upstream>,
+    /// `[cache.NAME]` tables, sorted by name; proxy locations refer to them by index.
+    pub caches: Vec<crate::CacheZone>,
     /// `[defaults]`' error pages, for errors before a location is known (bad requests,
     /// no location).
     pub error_pages: Option<std::sync::Arc<crate::ErrorPages>>,

@@ -165,6 +165,8 @@ pub struct ProxyOptions {
     pub host: Option<String>,
     /// Fields with `_` in their names are forwarded (`underscores_in_headers`).
     pub underscores: bool,
+    /// The cache answers are stored in (`cache`).
+    pub cache: Option<std::sync::Arc<crate::CacheRule>>,
 }
 
 /// Parse one server address; `Err` is the message.
@@ -272,6 +274,7 @@ impl Resolver<'_> {
         l: &RawLocation,
         key: &str,
         upstreams: &[Upstream],
+        caches: (&[crate::CacheZone], &[String]),
     ) -> Result<ProxyOptions, ConfigError> {
         let Some(name) = l.proxy.as_ref().or(d.proxy.as_ref()) else {
             return Err(self.err(
@@ -287,6 +290,7 @@ impl Resolver<'_> {
                 path: None,
                 host: None,
                 underscores: false,
+                cache: None,
             });
         }
         let Some(upstream) = upstreams.iter().position(|u| u.name == *name.get_ref()) else {
@@ -333,6 +337,7 @@ impl Resolver<'_> {
                 .underscores_in_headers
                 .or(d.underscores_in_headers)
                 .unwrap_or(false),
+            cache: self.cache_rule(d, l, key, caches.0, caches.1)?,
         })
     }
 }

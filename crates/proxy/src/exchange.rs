@@ -58,6 +58,7 @@ pub(crate) async fn forward(
     state: Rc<UpstreamState>,
     req: &Request<'_>,
     opts: &ProxyOptions,
+    keep_date: bool,
 ) -> Outcome {
     let upstream = state.config.clone();
     let labels = &state.labels;
@@ -209,8 +210,15 @@ pub(crate) async fn forward(
                     c.header_micros.add(now.elapsed().as_micros() as u64);
                 }
                 let status = parsed.status;
+                let date = parsed.date.filter(|_| keep_date);
                 let rest = &buffers.read[at..];
                 let mut response = answer(io, parsed, rest, &upstream, flight, now);
+                if let Some((d, n)) = date {
+                    // For the cache, which reads and removes it.
+                    response.headers.extend_from_slice(b"Date: ");
+                    response.headers.extend_from_slice(&d[..usize::from(n)]);
+                    response.headers.extend_from_slice(b"\r\n");
+                }
                 response.extras = Some(Box::new(Extras {
                     interim,
                     upstream: logged(order_now, status),

@@ -58,6 +58,8 @@ impl UpstreamState {
 struct Built {
     config: usize,
     upstreams: Vec<Rc<UpstreamState>>,
+    /// The configuration's caches (`[cache.NAME]`), by index.
+    caches: Vec<std::sync::Arc<ramjet_cache::Store>>,
 }
 
 /// What a worker's proxy requests share: the states for the configuration in force and
@@ -72,6 +74,18 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Cache `index` of `config`.
+    pub(crate) fn cache(&self, config: &Resolved, index: usize) -> Option<std::sync::Arc<ramjet_cache::Store>> {
+        let id = config as *const Resolved as usize;
+        if self.current.borrow().config != id {
+            if self.previous.borrow().config == id {
+                return self.previous.borrow().caches.get(index).cloned();
+            }
+            self.rebuild(config);
+        }
+        self.current.borrow().caches.get(index).cloned()
+    }
+
     /// The state of upstream `index` of `config`, built on first use of a configuration.
     pub(crate) fn upstream(&self, config: &Resolved, index: usize) -> Option<Rc<UpstreamState>> {
         let id = config as *const Resolved as usize;
@@ -93,6 +107,7 @@ impl Shared {
                 .iter()
                 .map(|u| Rc::new(UpstreamState::new(u)))
                 .collect(),
+            caches: ramjet_cache::store::open(&config.caches),
         };
         let old = self.current.replace(next);
         *self.previous.borrow_mut() = old;
@@ -162,11 +177,24 @@ impl Content for Proxy {
         let Some(state) = self.shared.upstream(req.config, opts.upstream) else {
             return Ok(Outcome::Declined);
         };
+        if let Some(rule) = &opts.cache {
+            if let Some(store) = self.shared.cache(req.config, rule.zone) {
+                let c = crate::cached::Cached {
+                    shared: &self.shared,
+                    state,
+                    opts,
+                    rule,
+                    store,
+                };
+                return Err(Box::pin(crate::cached::serve(c, req)));
+            }
+        }
         Err(Box::pin(crate::exchange::forward(
             &self.shared,
             state,
             req,
             opts,
+            false,
         )))
     }
 

@@ -13,6 +13,7 @@
 
 mod balance;
 mod body;
+mod cached;
 mod exchange;
 mod forward;
 mod handler;

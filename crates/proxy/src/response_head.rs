@@ -45,6 +45,8 @@ pub struct UpstreamHead {
     pub declared_chunked: bool,
     /// Field lines to pass on (`Name: value\r\n` each).
     pub fields: Vec<u8>,
+    /// The `Date` value (not passed on; a cache reads it), up to 40 bytes.
+    pub date: Option<([u8; 40], u8)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,8 +167,14 @@ pub fn parse(buf: &[u8], to_head: bool, upgrade: bool) -> Parsed {
             keep_alive_token && !close
         };
     let mut out = Vec::with_capacity(head_len);
+    let mut date = None;
     for f in resp.headers.iter() {
         let name = f.name.as_bytes();
+        if f.value.len() <= 40 && name.eq_ignore_ascii_case(b"date") {
+            let mut d = [0u8; 40];
+            d[..f.value.len()].copy_from_slice(f.value);
+            date = Some((d, f.value.len() as u8));
+        }
         let pass_upgrade = status == 101 && name.eq_ignore_ascii_case(b"upgrade");
         if !pass_upgrade && (dropped(name) || listed.iter().any(|t| name.eq_ignore_ascii_case(t))) {
             continue;
@@ -187,6 +195,7 @@ pub fn parse(buf: &[u8], to_head: bool, upgrade: bool) -> Parsed {
         declared_length: length,
         declared_chunked: te.is_some(),
         fields: out,
+        date,
     })
 }
 

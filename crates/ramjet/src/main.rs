@@ -153,6 +153,8 @@ fn load(args: &ServeArgs) -> anyhow::Result<Resolved> {
     for w in &resolved.warnings {
         tracing::warn!("{w}");
     }
+    // The caches are opened here, before any worker serves (a disk tier is read back in).
+    ramjet_cache::store::open(&resolved.caches);
     Ok(resolved)
 }
 

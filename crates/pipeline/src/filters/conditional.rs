@@ -64,8 +64,11 @@ fn list_matches(list: &[u8], etag: &[u8], weak: bool) -> bool {
     }
     list.split(|&b| b == b',').any(|tag| {
         let tag = tag.trim_ascii();
+        // Weak comparison ignores `W/` on both sides; strong never matches a weak tag.
+        let ours = etag.strip_prefix(b"W/").unwrap_or(etag);
         match tag.strip_prefix(b"W/") {
-            Some(t) => weak && t == etag,
+            Some(t) => weak && t == ours,
+            None if weak => tag == ours,
             None => tag == etag,
         }
     })

@@ -1,0 +1,207 @@
+//! What is stored about an answer besides its body: the key, the status, the field lines
+//! sent with it, the request's values of the fields it varies on, and how it ages. The disk
+//! tier keeps it in a file of its own (`NAME.meta`, beside `NAME.body`) in the format
+//! [`Meta::encode`] writes and [`Meta::decode`] reads back, checking every length (a torn or
+//! foreign file is refused, never half-read).
+
+use bytes::Bytes;
+
+use crate::policy::Freshness;
+
+const MAGIC: &[u8; 4] = b"RJC1";
+/// A meta file larger than this is not one of ours.
+pub const MAX_META: usize = 1 << 20;
+
+/// A stored answer's description.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Meta {
+    pub key: Box<[u8]>,
+    pub status: u16,
+    /// Field lines sent with it (`Name: value\r\n`), without framing, `Age`, `Date` and the
+    /// fields a cache does not pass on from storage.
+    pub fields: Bytes,
+    /// The `Vary` field names (lower case) and the request's value of each (`None`: absent).
+    pub vary: Vec<(Box<[u8]>, Option<Box<[u8]>>)>,
+    pub freshness: Freshness,
+    /// Body length in bytes.
+    pub length: u64,
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+}
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+    out.extend_from_slice(b);
+}
+
+impl Meta {
+    pub fn encode(&self) -> Vec<u8> {
+        let f = &self.freshness;
+        let mut out = Vec::with_capacity(64 + self.key.len() + self.fields.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&self.status.to_le_bytes());
+        out.extend_from_slice(&self.length.to_le_bytes());
+        for v in [f.lifetime_ms, f.initial_age_ms, f.response_time_ms] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.push(u8::from(f.no_cache) | (u8::from(f.must_revalidate) << 1));
+        out.extend_from_slice(&f.stale_while_revalidate.to_le_bytes());
+        out.extend_from_slice(&f.stale_if_error.to_le_bytes());
+        put_bytes(&mut out, &self.key);
+        put_bytes(&mut out, &self.fields);
+        out.extend_from_slice(&(self.vary.len() as u16).to_le_bytes());
+        for (name, value) in &self.vary {
+            put_bytes(&mut out, name);
+            match value {
+                Some(v) => {
+                    out.push(1);
+                    put_bytes(&mut out, v);
+                }
+                None => out.push(0),
+            }
+        }
+        out
+    }
+
+    /// `None` unless `data` is exactly one well-formed record.
+    pub fn decode(data: &[u8]) -> Option<Meta> {
+        if data.len() > MAX_META {
+            return None;
+        }
+        let mut r = Reader(data);
+        if r.take(4)? != MAGIC {
+            return None;
+        }
+        let status = r.u16()?;
+        if !(200..=599).contains(&status) {
+            return None;
+        }
+        let length = r.u64()?;
+        let (lifetime_ms, initial_age_ms, response_time_ms) = (r.u64()?, r.u64()?, r.u64()?);
+        let flags = r.u8()?;
+        let (swr, sie) = (r.u32()?, r.u32()?);
+        let key = r.bytes()?.into();
+        let fields = r.bytes()?;
+        // Field lines as the server sends them: no bare CR or LF that could split a head.
+        if !fields.is_empty() && !fields.ends_with(b"\r\n") {
+            return None;
+        }
+        for line in fields.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            let line = line.strip_suffix(b"\r")?;
+            if line.contains(&b'\r') || !line.contains(&b':') {
+                return None;
+            }
+        }
+        let fields = Bytes::copy_from_slice(fields);
+        let n = r.u16()?;
+        let mut vary = Vec::with_capacity(usize::from(n).min(64));
+        for _ in 0..n {
+            let name = r.bytes()?.into();
+            let value = match r.u8()? {
+                0 => None,
+                1 => Some(r.bytes()?.into()),
+                _ => return None,
+            };
+            vary.push((name, value));
+        }
+        if !r.0.is_empty() {
+            return None;
+        }
+        Some(Meta {
+            key,
+            status,
+            fields,
+            vary,
+            freshness: Freshness {
+                lifetime_ms,
+                initial_age_ms,
+                response_time_ms,
+                no_cache: flags & 1 != 0,
+                must_revalidate: flags & 2 != 0,
+                stale_while_revalidate: swr,
+                stale_if_error: sie,
+            },
+            length,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Meta {
+        Meta {
+            key: b"http\0example.com\0/a\0".to_vec().into(),
+            status: 200,
+            fields: Bytes::from_static(b"Content-Type: text/plain\r\nETag: \"1\"\r\n"),
+            vary: vec![
+                (b"accept-encoding".to_vec().into(), Some(b"gzip".to_vec().into())),
+                (b"x".to_vec().into(), None),
+            ],
+            freshness: Freshness {
+                lifetime_ms: 5,
+                initial_age_ms: 6,
+                response_time_ms: 7,
+                no_cache: true,
+                must_revalidate: false,
+                stale_while_revalidate: 8,
+                stale_if_error: 9,
+            },
+            length: 12345,
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let m = sample();
+        assert_eq!(Meta::decode(&m.encode()), Some(m));
+    }
+
+    #[test]
+    fn every_truncation_and_extension_is_refused() {
+        let bytes = sample().encode();
+        for cut in 0..bytes.len() {
+            assert_eq!(Meta::decode(&bytes[..cut]), None, "cut at {cut}");
+        }
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(Meta::decode(&longer), None);
+    }
+
+    #[test]
+    fn a_field_line_that_could_split_a_head_is_refused() {
+        let mut m = sample();
+        m.fields = Bytes::from_static(b"A: b\r\nInjected\r\n");
+        assert_eq!(Meta::decode(&m.encode()), None);
+        m.fields = Bytes::from_static(b"A: b\rc\r\n");
+        assert_eq!(Meta::decode(&m.encode()), None);
+    }
+}
