@@ -14,6 +14,7 @@ pub struct Directives {
     pub proxy_revalidate: bool,
     pub immutable: bool,
     pub only_if_cached: bool,
+    pub must_understand: bool,
     /// `Some(None)`: present with an invalid argument.
     pub max_age: Option<Option<u64>>,
     pub s_maxage: Option<Option<u64>>,
@@ -98,6 +99,7 @@ impl Directives {
                     b"proxy-revalidate" => d.proxy_revalidate = true,
                     b"immutable" => d.immutable = true,
                     b"only-if-cached" => d.only_if_cached = true,
+                    b"must-understand" => d.must_understand = true,
                     b"max-age" => d.max_age = Some(once(d.max_age, arg_delta())),
                     b"s-maxage" => d.s_maxage = Some(once(d.s_maxage, arg_delta())),
                     b"max-stale" if d.max_stale.is_none() => {

@@ -10,6 +10,40 @@ use ramjet_config::CacheRule;
 /// Statuses a cache may store with no explicit freshness (RFC 9110 §15.1).
 pub const HEURISTIC_STATUSES: [u16; 11] = [200, 203, 204, 300, 301, 308, 404, 405, 410, 414, 501];
 
+/// Statuses this cache understands (for `must-understand`, RFC 9111 §5.2.2.3).
+pub fn understood(status: u16) -> bool {
+    matches!(status, 200..=206 | 300..=308 | 400..=417 | 421 | 422 | 426 | 428 | 429 | 431 | 451 | 500..=505 | 511)
+}
+
+/// The `Age` of an answer in seconds: 0 when absent; one non-negative integer, else (a
+/// list, a second line, anything else) the answer is taken as stale (`u64::MAX`).
+fn age_value(fields: &[u8]) -> u64 {
+    let mut all = values(fields, b"age");
+    let Some(v) = all.next() else {
+        return 0;
+    };
+    if all.next().is_some() || v.is_empty() || !v.iter().all(u8::is_ascii_digit) {
+        return u64::MAX;
+    }
+    std::str::from_utf8(v)
+        .ok()
+        .and_then(|t| t.parse::<u64>().ok())
+        .unwrap_or(u64::MAX)
+}
+
+/// `Surrogate-Control` values with their targets (`;name`) removed: every directive is
+/// taken as meant for this cache.
+fn untargeted(fields: &[u8]) -> Vec<Vec<u8>> {
+    values(fields, b"surrogate-control")
+        .map(|v| {
+            v.split(|&b| b == b',')
+                .map(|d| d.split(|&b| b == b';').next().unwrap_or(b""))
+                .collect::<Vec<_>>()
+                .join(&b',')
+        })
+        .collect()
+}
+
 /// A heuristic lifetime (10% of the time since Last-Modified) is capped at this.
 pub const HEURISTIC_MAX_MS: u64 = 24 * 3600 * 1000;
 
@@ -101,11 +135,28 @@ pub fn storable(
     request_ms: u64,
     response_ms: u64,
 ) -> Result<Freshness, &'static str> {
-    let cc = Directives::parse(values(answer.fields, b"cache-control"));
+    // `Surrogate-Control` speaks to this cache and, when present, wins over
+    // `Cache-Control` for storing and freshness.
+    let surrogate = value(answer.fields, b"surrogate-control").is_some();
+    let cc = if surrogate {
+        let sc = untargeted(answer.fields);
+        let sc = Directives::parse(sc.iter().map(Vec::as_slice));
+        let cc = Directives::parse(values(answer.fields, b"cache-control"));
+        Directives {
+            private: cc.private,
+            public: cc.public,
+            ..sc
+        }
+    } else {
+        Directives::parse(values(answer.fields, b"cache-control"))
+    };
     if asked.directives.no_store {
         return Err("request no-store");
     }
-    if cc.no_store {
+    if cc.must_understand && !understood(answer.status) {
+        return Err("must-understand");
+    }
+    if cc.no_store && !(cc.must_understand && understood(answer.status)) {
         return Err("no-store");
     }
     if cc.private {
@@ -139,11 +190,7 @@ pub fn storable(
         return Err("no freshness");
     }
     // §4.2.3.
-    let age_value = value(answer.fields, b"age")
-        .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<u64>().ok())
-        .unwrap_or(0)
-        .min(1 << 31)
-        * 1000;
+    let age_value = age_value(answer.fields).min(1 << 31) * 1000;
     let apparent = date_ms.map_or(0, |d| response_ms.saturating_sub(d));
     let corrected = age_value + response_ms.saturating_sub(request_ms);
     let initial_age_ms = apparent.max(corrected);

@@ -229,6 +229,7 @@ fn split_fields(fields: &[u8], drop_set_cookie: bool) -> (Vec<u8>, Vec<u8>) {
         let name = line.split(|&b| b == b':').next().unwrap_or(b"");
         let skip = name.eq_ignore_ascii_case(b"date")
             || name.eq_ignore_ascii_case(b"age")
+            || name.eq_ignore_ascii_case(b"surrogate-control")
             || (drop_set_cookie && name.eq_ignore_ascii_case(b"set-cookie"));
         if !skip {
             stored.extend_from_slice(line);
@@ -453,7 +454,14 @@ fn merge(stored: &[u8], fresh: &[u8]) -> Vec<u8> {
             .unwrap_or(b"")
             .to_ascii_lowercase()
     };
-    let kept_back = |n: &[u8]| matches!(n, b"content-length" | b"date" | b"age" | b"content-range");
+    // The fields that describe the stored body itself stay as stored (and Date and Age
+    // are the cache's to compute).
+    let kept_back = |n: &[u8]| {
+        matches!(
+            n,
+            b"content-length" | b"content-range" | b"content-encoding" | b"content-md5" | b"etag" | b"date" | b"age"
+        )
+    };
     let mut replaced: Vec<Vec<u8>> = Vec::new();
     for line in fresh.split_inclusive(|&b| b == b'\n') {
         let n = name_of(line);
