@@ -292,6 +292,7 @@ mod tests {
             path: None,
             host: None,
             underscores: false,
+            cache: None,
         }
     }
 

@@ -75,6 +75,7 @@ fn config_reference_documents_exactly_the_accepted_keys() {
         "vhost",
         "upstream",
         "acme",
+        "cache",
     ];
     let cases = [
         ("Top level", ""),
@@ -89,6 +90,7 @@ fn config_reference_documents_exactly_the_accepted_keys() {
             "[upstream.a]\nservers = [\"127.0.0.1:1\"]",
         ),
         ("`[acme]`", "[acme]\nstate_dir = \"s\""),
+        ("`[cache.NAME]`", "[cache.a]"),
     ];
     for (heading, src) in cases {
         let mut want = accepted(src);
