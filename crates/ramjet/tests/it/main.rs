@@ -5,6 +5,7 @@ mod acme;
 mod activation;
 mod autoindex;
 mod bench;
+mod cache;
 mod cgi;
 mod changes;
 mod codec;

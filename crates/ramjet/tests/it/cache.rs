@@ -1,0 +1,259 @@
+//! The accelerator's cache (issue 25) in front of scripted origins: one origin request for a
+//! storm of concurrent requests for a cold object, hits with ranges and conditionals from
+//! storage, revalidation with the stored validators (a 304 refreshes the head), stale
+//! answers within stale-if-error when the origin dies and 502 after, hit-for-miss for
+//! answers that may not be stored, PURGE, and a disk tier that survives `kill -9` in the
+//! middle of a fill without ever serving the cut object as whole.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ramjet_testkit::{Backend, Exchange, Flow, Server};
+
+use crate::{bytes, server_with};
+
+fn cached(origin: &str, cache: &str, location: &str) -> Server {
+    server_with(
+        &[],
+        &format!(
+            "workers = 2\n[upstream.o]\nservers = [\"{origin}\"]\n[cache.c]\n{cache}\n[[location]]\nproxy = \"o\"\ncache = \"c\"\n{location}\n"
+        ),
+    )
+}
+
+fn answer(ex: &mut Exchange<'_>, fields: &str, body: &[u8]) {
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{fields}\r\n",
+        body.len()
+    );
+    ex.write(head.as_bytes());
+    ex.write(body);
+}
+
+fn get(s: &Server, path: &str, extra: &str) -> ramjet_testkit::Response {
+    let mut c = s.client();
+    c.send(format!("GET {path} HTTP/1.1\r\nHost: x\r\n{extra}\r\n").as_bytes());
+    c.response(false)
+}
+
+fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cond()
+}
+
+/// 300 concurrent requests for a cold object make exactly one origin request, and every
+/// client gets the whole object.
+#[test]
+fn a_storm_for_a_cold_object_makes_one_origin_request() {
+    let body = Arc::new(bytes(300_000, 7));
+    let b2 = body.clone();
+    let origin = Backend::start(move |ex| {
+        // Slow enough that the storm arrives while the fetch is under way.
+        std::thread::sleep(Duration::from_millis(300));
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: {}\r\n\r\n",
+            b2.len()
+        );
+        ex.write(head.as_bytes());
+        for piece in b2.chunks(50_000) {
+            ex.write(piece);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Flow::Keep
+    });
+    let s = cached(&origin.addr.to_string(), "memory = \"16m\"", "");
+    let addr = s.addr;
+    let ok = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..300)
+        .map(|_| {
+            let (ok, body) = (ok.clone(), body.clone());
+            std::thread::spawn(move || {
+                let mut c = ramjet_testkit::Client::connect(addr);
+                c.send(b"GET /obj HTTP/1.1\r\nHost: x\r\n\r\n");
+                let r = c.response(false);
+                if r.status == 200 && r.body == *body {
+                    ok.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(ok.load(Ordering::Relaxed), 300);
+    assert_eq!(origin.requests(), 1, "one origin fetch for the storm");
+    let r = get(&s, "/obj", "");
+    assert!(r.header("cache-status").unwrap().contains("hit"), "{}", r.head);
+    s.assert_clean_log(&[]);
+}
+
+/// Hits answer ranges and conditionals from storage; Age and Cache-Status are set.
+#[test]
+fn hits_answer_ranges_and_conditionals_from_storage() {
+    let origin = Backend::start(|ex| {
+        answer(ex, "Cache-Control: max-age=600\r\nETag: \"v1\"\r\n", b"0123456789");
+        Flow::Keep
+    });
+    let s = cached(&origin.addr.to_string(), "", "");
+    let first = get(&s, "/r", "Range: bytes=2-4\r\n");
+    assert_eq!(first.status, 206, "{}", first.head);
+    assert_eq!(first.body, b"234");
+    assert!(first.header("cache-status").unwrap().contains("fwd=miss"));
+    let hit = get(&s, "/r", "Range: bytes=-3\r\n");
+    assert_eq!((hit.status, hit.body.as_slice()), (206, &b"789"[..]));
+    assert!(hit.header("cache-status").unwrap().contains("hit"));
+    assert!(hit.header("age").is_some());
+    let nm = get(&s, "/r", "If-None-Match: \"v1\"\r\n");
+    assert_eq!(nm.status, 304);
+    assert_eq!(origin.requests(), 1);
+    // The origin never saw the client's range or conditional.
+    assert!(!origin.heads()[0].to_ascii_lowercase().contains("range"));
+}
+
+/// A stale answer is revalidated with its validators; the 304 refreshes it.
+#[test]
+fn a_stale_answer_is_revalidated_with_one_conditional_request() {
+    let origin = Backend::start(|ex| {
+        if ex.header("if-none-match").as_deref() == Some("\"v1\"") {
+            ex.write(b"HTTP/1.1 304 Not Modified\r\nCache-Control: max-age=600\r\nX-Fresh: yes\r\nETag: \"v1\"\r\n\r\n");
+        } else {
+            answer(ex, "Cache-Control: max-age=1\r\nETag: \"v1\"\r\n", b"first");
+        }
+        Flow::Keep
+    });
+    let s = cached(&origin.addr.to_string(), "", "");
+    assert_eq!(get(&s, "/v", "").body, b"first");
+    // Once stale (after a second), the next request revalidates.
+    assert!(eventually(Duration::from_secs(10), || {
+        let r = get(&s, "/v", "");
+        r.header("cache-status").is_some_and(|c| c.contains("fwd-status=304"))
+            && r.body == b"first"
+            && r.header("x-fresh").as_deref() == Some("yes")
+    }));
+    let n = origin.requests();
+    let r = get(&s, "/v", "");
+    assert!(r.header("cache-status").unwrap().contains("hit"));
+    assert_eq!(origin.requests(), n, "fresh again after the 304");
+    assert!(origin.heads().last().unwrap().contains("If-None-Match: \"v1\""));
+}
+
+/// When the origin dies, a stale answer is served within stale-if-error, and 502 after.
+#[test]
+fn a_dead_origin_serves_stale_within_stale_if_error_then_502() {
+    let origin = Backend::start(|ex| {
+        let cc = if ex.target() == "/sie" {
+            "Cache-Control: max-age=1, stale-if-error=600\r\n"
+        } else {
+            "Cache-Control: max-age=1\r\n"
+        };
+        answer(ex, cc, b"kept");
+        Flow::Close
+    });
+    let s = cached(&origin.addr.to_string(), "", "");
+    assert_eq!(get(&s, "/sie", "").body, b"kept");
+    assert_eq!(get(&s, "/plain", "").body, b"kept");
+    drop(origin);
+    assert!(eventually(Duration::from_secs(10), || {
+        let r = get(&s, "/sie", "");
+        r.status == 200
+            && r.body == b"kept"
+            && r.header("cache-status").is_some_and(|c| c.contains("stale-if-error"))
+    }));
+    assert!(eventually(Duration::from_secs(10), || get(&s, "/plain", "").status == 502));
+}
+
+/// Answers that may not be stored are passed on, and the requests that waited for them go
+/// to the origin side by side.
+#[test]
+fn uncacheable_answers_pass_and_purge_removes() {
+    let origin = Backend::start(|ex| {
+        match ex.target() {
+            "/private" => answer(ex, "Cache-Control: private\r\n", b"p"),
+            _ => answer(ex, "Cache-Control: max-age=600\r\n", b"x"),
+        }
+        Flow::Keep
+    });
+    let s = cached(
+        &origin.addr.to_string(),
+        "",
+        "cache_purge = [\"127.0.0.1\"]",
+    );
+    let r = get(&s, "/private", "");
+    assert!(r.header("cache-status").unwrap().contains("private"), "{}", r.head);
+    get(&s, "/private", "");
+    assert_eq!(origin.requests(), 2);
+    get(&s, "/d/a", "");
+    get(&s, "/d/b", "");
+    let before = origin.requests();
+    get(&s, "/d/a", "");
+    assert_eq!(origin.requests(), before);
+    let mut c = s.client();
+    c.send(b"PURGE /d/* HTTP/1.1\r\nHost: x\r\n\r\n");
+    let p = c.response(false);
+    assert_eq!(p.status, 200);
+    assert!(p.text().contains("\"purged\": 2"), "{}", p.text());
+    get(&s, "/d/a", "");
+    assert_eq!(origin.requests(), before + 1);
+}
+
+/// `kill -9` in the middle of a disk fill: after a restart the cut object is not served
+/// (the origin is asked again) and the whole one is.
+#[test]
+fn a_fill_cut_by_kill_9_is_never_served_as_whole() {
+    let disk = tempfile::tempdir().unwrap();
+    let body = Arc::new(bytes(8 << 20, 3));
+    let stall = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (b2, st2) = (body.clone(), stall.clone());
+    let origin = Backend::start(move |ex| {
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: {}\r\n\r\n",
+            b2.len()
+        );
+        ex.write(head.as_bytes());
+        if st2.load(Ordering::Relaxed) {
+            ex.write(&b2[..3 << 20]);
+            std::thread::sleep(Duration::from_secs(30));
+            return Flow::Close;
+        }
+        ex.write(&b2);
+        Flow::Keep
+    });
+    let config = format!(
+        "memory = \"4m\"\ndisk = \"{}\"\ndisk_size = \"64m\"",
+        disk.path().display()
+    );
+    let mut s = cached(&origin.addr.to_string(), &config, "");
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut got = vec![0u8; 2 << 20];
+    c.read_exact(&mut got).unwrap();
+    s.signal(9);
+    s.wait_exit(Duration::from_secs(10));
+    stall.store(false, Ordering::Relaxed);
+    let s = cached(&origin.addr.to_string(), &config, "");
+    let r = get(&s, "/big", "");
+    assert_eq!(r.status, 200);
+    assert!(r.body == *body, "a whole, correct body");
+    assert_eq!(origin.requests(), 2, "the cut fill was not kept");
+    // Complete now: after another restart it is served from disk.
+    let n = origin.requests();
+    assert!(eventually(Duration::from_secs(10), || std::fs::read_dir(disk.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|e| e.file_name().len() == 2)));
+    drop(s);
+    let s = cached(&origin.addr.to_string(), &config, "");
+    let r = get(&s, "/big", "");
+    assert!(r.body == *body);
+    assert_eq!(origin.requests(), n, "served from the disk tier after a restart");
+    assert!(r.header("cache-status").unwrap().contains("hit"));
+}
