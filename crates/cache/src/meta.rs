@@ -106,16 +106,16 @@ impl Meta {
         let length = r.u64()?;
         let (lifetime_ms, initial_age_ms, response_time_ms) = (r.u64()?, r.u64()?, r.u64()?);
         let flags = r.u8()?;
+        if flags > 3 {
+            return None;
+        }
         let (swr, sie) = (r.u32()?, r.u32()?);
         let key = r.bytes()?.into();
         let fields = r.bytes()?;
         // Field lines as the server sends them: no bare CR or LF that could split a head.
-        if !fields.is_empty() && !fields.ends_with(b"\r\n") {
-            return None;
-        }
-        for line in fields.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-            let line = line.strip_suffix(b"\r")?;
-            if line.contains(&b'\r') || !line.contains(&b':') {
+        for line in fields.split_inclusive(|&b| b == b'\n') {
+            let line = line.strip_suffix(b"\r\n")?;
+            if line.contains(&b'\r') || line.contains(&b'\n') || !line.contains(&b':') {
                 return None;
             }
         }
