@@ -85,7 +85,11 @@ pub async fn fill(
             store.update(&key, object.id, None);
             fill.release();
         }
-        if storing && tier == Tier::Memory && fill.length.is_none() && received > zone.memory_object_max {
+        if storing
+            && tier == Tier::Memory
+            && fill.length.is_none()
+            && received > zone.memory_object_max
+        {
             storing = false;
             store.update(&key, object.id, None);
             fill.release();
@@ -143,7 +147,12 @@ pub async fn fill(
             fill.finish(true);
             match done {
                 Ok(()) => {
-                    let o = object.with(store.next_id(), meta, Stored::Disk(file.clone()), Some(file));
+                    let o = object.with(
+                        store.next_id(),
+                        meta,
+                        Stored::Disk(file.clone()),
+                        Some(file),
+                    );
                     if store.update(&key, object.id, Some(Arc::new(o))) {
                         Counts::add(&store.counts.stored, 1);
                     }

@@ -115,14 +115,14 @@ pub fn vary_names(fields: &[u8]) -> Vec<Box<[u8]>> {
 }
 
 /// Whether a request selects the stored variant (RFC 9111 §4.1).
-pub fn vary_matches(vary: &[(Box<[u8]>, Option<Box<[u8]>>)], head: &RequestHead<'_>) -> bool {
+pub fn vary_matches(vary: &[crate::meta::VaryField], head: &RequestHead<'_>) -> bool {
     vary.iter()
         .all(|(name, stored)| field_value(head, name).as_deref() == stored.as_deref())
 }
 
 /// 128-bit FNV-1a of the key and the variant's values: stable across builds and machines,
 /// so the disk tier's names survive an upgrade.
-pub fn hash(key: &[u8], vary: &[(Box<[u8]>, Option<Box<[u8]>>)]) -> u128 {
+pub fn hash(key: &[u8], vary: &[crate::meta::VaryField]) -> u128 {
     const PRIME: u128 = 0x0000000001000000000000000000013B;
     let mut h: u128 = 0x6c62272e07bb014262b821756295c58d;
     let mut eat = |bytes: &[u8]| {
@@ -160,7 +160,12 @@ mod tests {
 
     #[test]
     fn keys() {
-        let parts = [KeyPart::Scheme, KeyPart::Host, KeyPart::Path, KeyPart::Query];
+        let parts = [
+            KeyPart::Scheme,
+            KeyPart::Host,
+            KeyPart::Path,
+            KeyPart::Query,
+        ];
         let k = with("GET /a/b?x=1 HTTP/1.1\r\nHost: Ex.COM\r\n\r\n", |h| {
             let mut k = Vec::new();
             build(&mut k, &parts, h, false);

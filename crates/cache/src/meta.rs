@@ -12,6 +12,9 @@ const MAGIC: &[u8; 4] = b"RJC1";
 /// A meta file larger than this is not one of ours.
 pub const MAX_META: usize = 1 << 20;
 
+/// A `Vary` field name (lower case) and the request's value of it (`None`: absent).
+pub type VaryField = (Box<[u8]>, Option<Box<[u8]>>);
+
 /// A stored answer's description.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Meta {
@@ -21,7 +24,7 @@ pub struct Meta {
     /// fields a cache does not pass on from storage.
     pub fields: Bytes,
     /// The `Vary` field names (lower case) and the request's value of each (`None`: absent).
-    pub vary: Vec<(Box<[u8]>, Option<Box<[u8]>>)>,
+    pub vary: Vec<VaryField>,
     pub freshness: Freshness,
     /// Body length in bytes.
     pub length: u64,
@@ -163,7 +166,10 @@ mod tests {
             status: 200,
             fields: Bytes::from_static(b"Content-Type: text/plain\r\nETag: \"1\"\r\n"),
             vary: vec![
-                (b"accept-encoding".to_vec().into(), Some(b"gzip".to_vec().into())),
+                (
+                    b"accept-encoding".to_vec().into(),
+                    Some(b"gzip".to_vec().into()),
+                ),
                 (b"x".to_vec().into(), None),
             ],
             freshness: Freshness {

@@ -158,7 +158,11 @@ impl Store {
             Some(s) => s,
             None => inner.slots.entry(key.into()).or_default(),
         };
-        if let Some(o) = slot.variants.iter().find(|o| vary_matches(&o.meta.vary, head)) {
+        if let Some(o) = slot
+            .variants
+            .iter()
+            .find(|o| vary_matches(&o.meta.vary, head))
+        {
             o.touch();
             return Lookup::Found(o.clone());
         }
@@ -193,7 +197,13 @@ impl Store {
     }
 
     /// Put `object` in, replacing the variant it replaces, and keep the tiers in budget.
-    fn insert_locked(&self, inner: &mut Inner, key: &[u8], object: Arc<Object>, gone: &mut Removals) {
+    fn insert_locked(
+        &self,
+        inner: &mut Inner,
+        key: &[u8],
+        object: Arc<Object>,
+        gone: &mut Removals,
+    ) {
         let slot = inner.slots.entry(key.into()).or_default();
         let old = slot
             .variants
@@ -259,7 +269,8 @@ impl Store {
             match o.disk.clone() {
                 Some(f) => {
                     let id = self.next_id();
-                    let moved = Arc::new(o.with(id, o.meta.clone(), Stored::Disk(f.clone()), Some(f)));
+                    let moved =
+                        Arc::new(o.with(id, o.meta.clone(), Stored::Disk(f.clone()), Some(f)));
                     replace(inner, &key, o.id, Some(moved.clone()));
                     self.account(inner, &o, false);
                     self.account(inner, &moved, true);
@@ -443,7 +454,11 @@ impl Lead {
     fn release(&mut self, inner: &mut Inner, pass_until_ms: u64) {
         self.done = true;
         if let Some(slot) = inner.slots.get_mut(&self.key) {
-            if slot.busy.as_ref().is_some_and(|b| Arc::ptr_eq(b, &self.busy)) {
+            if slot
+                .busy
+                .as_ref()
+                .is_some_and(|b| Arc::ptr_eq(b, &self.busy))
+            {
                 slot.busy = None;
             }
             if pass_until_ms > 0 {
@@ -500,10 +515,7 @@ pub fn open(zones: &[CacheZone]) -> Vec<Arc<Store>> {
 
 /// Every store opened so far (metrics).
 pub fn all() -> Vec<Arc<Store>> {
-    registry()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone()
+    registry().lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 impl Store {

@@ -82,9 +82,7 @@ impl CacheRule {
     /// Whether `ip` may purge.
     pub fn may_purge(&self, ip: std::net::IpAddr) -> bool {
         let ip = match ip {
-            std::net::IpAddr::V6(v6) => v6
-                .to_ipv4_mapped()
-                .map_or(ip, std::net::IpAddr::V4),
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
             v4 => v4,
         };
         self.purge.iter().any(|c| c.contains(ip))
@@ -93,7 +91,11 @@ impl CacheRule {
 
 fn parse_key(part: &str) -> Result<KeyPart, String> {
     let field_name = |n: &str| {
-        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_!#$%&'*+.^`|~".contains(&b)) {
+        if n.is_empty()
+            || !n
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_!#$%&'*+.^`|~".contains(&b))
+        {
             Err(format!("`{part}`: `{n}` is not a field or cookie name"))
         } else {
             Ok(n.to_string())
@@ -249,9 +251,11 @@ impl Resolver<'_> {
         let mut purge = Vec::new();
         if let Some(list) = l.cache_purge.as_ref().or(d.cache_purge.as_ref()) {
             for p in list.get_ref() {
-                purge.push(Cidr::parse(p).map_err(|m| {
-                    self.err(Some(list.span()), &format!("{key}.cache_purge"), m)
-                })?);
+                purge.push(
+                    Cidr::parse(p).map_err(|m| {
+                        self.err(Some(list.span()), &format!("{key}.cache_purge"), m)
+                    })?,
+                );
             }
         }
         Ok(Some(Arc::new(CacheRule {

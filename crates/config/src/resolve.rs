@@ -608,7 +608,8 @@ impl<'a> Resolver<'a> {
                 return Err(self.err(
                     Some(c.span()),
                     &format!("{key}.cache"),
-                    "the cache stores what the proxy handler forwards: this location has no proxy".into(),
+                    "the cache stores what the proxy handler forwards: this location has no proxy"
+                        .into(),
                 ));
             }
         }

@@ -65,7 +65,10 @@ pub(crate) async fn serve(c: Cached<'_>, req: &Request<'_>) -> Outcome {
     if !matches!(method, Method::Get | Method::Head)
         || req.head.framing != ramjet_http1::BodyFraming::None
     {
-        let unsafe_method = !matches!(method, Method::Get | Method::Head | Method::Options | Method::Trace);
+        let unsafe_method = !matches!(
+            method,
+            Method::Get | Method::Head | Method::Options | Method::Trace
+        );
         let out = exchange::forward(c.shared, c.state.clone(), req, c.opts, false).await;
         Counts::add(&counts.bypass, 1);
         if unsafe_method {
@@ -99,7 +102,12 @@ pub(crate) async fn serve(c: Cached<'_>, req: &Request<'_>) -> Outcome {
                 Use::Fresh => {
                     Counts::add(&counts.hits, 1);
                     Counts::add(&counts.hit_bytes, o.meta.length);
-                    return Outcome::Respond(answer(&o, req, now, if collapsed { "hit; collapsed" } else { "hit" }));
+                    return Outcome::Respond(answer(
+                        &o,
+                        req,
+                        now,
+                        if collapsed { "hit; collapsed" } else { "hit" },
+                    ));
                 }
                 Use::StaleRevalidate => {
                     // One request revalidates; the others meanwhile get the stale answer.
@@ -107,7 +115,12 @@ pub(crate) async fn serve(c: Cached<'_>, req: &Request<'_>) -> Outcome {
                         return revalidate(&c, req, &asked, o, lead).await;
                     }
                     Counts::add(&counts.stale, 1);
-                    return Outcome::Respond(answer(&o, req, now, "hit; detail=stale-while-revalidate"));
+                    return Outcome::Respond(answer(
+                        &o,
+                        req,
+                        now,
+                        "hit; detail=stale-while-revalidate",
+                    ));
                 }
                 Use::Revalidate if asked.directives.only_if_cached => return only_if_cached(),
                 Use::Revalidate if method == Method::Head => return pass(&c, req).await,
@@ -129,7 +142,20 @@ pub(crate) async fn serve(c: Cached<'_>, req: &Request<'_>) -> Outcome {
             Lookup::Lead(lead) => {
                 Counts::add(&counts.misses, 1);
                 let out = fetch_for(&c, req, &[]).await;
-                return miss(&c, req, &asked, out, Some(lead), None, if collapsed { "fwd=miss; stored; collapsed" } else { "fwd=miss; stored" }).await;
+                return miss(
+                    &c,
+                    req,
+                    &asked,
+                    out,
+                    Some(lead),
+                    None,
+                    if collapsed {
+                        "fwd=miss; stored; collapsed"
+                    } else {
+                        "fwd=miss; stored"
+                    },
+                )
+                .await;
             }
             Lookup::Wait(_) | Lookup::Pass => return pass(&c, req).await,
         }
@@ -270,7 +296,12 @@ async fn miss(
         other => {
             if let Some(o) = stale.filter(|o| o.meta.freshness.usable_on_error(now)) {
                 Counts::add(&c.store.counts.stale, 1);
-                return Outcome::Respond(answer(o, req, now, "hit; fwd=stale; detail=stale-if-error"));
+                return Outcome::Respond(answer(
+                    o,
+                    req,
+                    now,
+                    "hit; fwd=stale; detail=stale-if-error",
+                ));
             }
             return other;
         }
@@ -342,7 +373,13 @@ async fn miss(
     let o = match std::mem::replace(&mut r.body, Body::Empty) {
         Body::Stream(src) => {
             let fill = Fill::new(length, tier == Tier::Memory);
-            let o = Arc::new(Object::new(id, hash, meta, Stored::Filling(fill.clone()), None));
+            let o = Arc::new(Object::new(
+                id,
+                hash,
+                meta,
+                Stored::Filling(fill.clone()),
+                None,
+            ));
             lead.stored(o.clone());
             tokio::task::spawn_local(fetch::fill(store, k, o.clone(), fill, src, tier));
             o
@@ -391,10 +428,28 @@ async fn revalidate(
     let (out, sent) = fetch_for(c, req, &extra).await;
     let now = now_ms();
     let Outcome::Respond(r) = &out else {
-        return miss(c, req, asked, (out, sent), Some(lead), Some(&o), "fwd=stale; stored").await;
+        return miss(
+            c,
+            req,
+            asked,
+            (out, sent),
+            Some(lead),
+            Some(&o),
+            "fwd=stale; stored",
+        )
+        .await;
     };
     if r.status != 304 {
-        return miss(c, req, asked, (out, sent), Some(lead), Some(&o), "fwd=stale; stored").await;
+        return miss(
+            c,
+            req,
+            asked,
+            (out, sent),
+            Some(lead),
+            Some(&o),
+            "fwd=stale; stored",
+        )
+        .await;
     }
     // RFC 9111 §4.3.4: the 304's fields replace the stored ones of the same names.
     let merged = merge(&o.meta.fields, &r.headers);
@@ -459,7 +514,13 @@ fn merge(stored: &[u8], fresh: &[u8]) -> Vec<u8> {
     let kept_back = |n: &[u8]| {
         matches!(
             n,
-            b"content-length" | b"content-range" | b"content-encoding" | b"content-md5" | b"etag" | b"date" | b"age"
+            b"content-length"
+                | b"content-range"
+                | b"content-encoding"
+                | b"content-md5"
+                | b"etag"
+                | b"date"
+                | b"age"
         )
     };
     let mut replaced: Vec<Vec<u8>> = Vec::new();
@@ -486,7 +547,12 @@ fn merge(stored: &[u8], fresh: &[u8]) -> Vec<u8> {
 
 /// Revalidation without the lead (another fetch of the key is stuck or passing): the
 /// request goes to the origin as the client sent it.
-async fn revalidate_alone(c: &Cached<'_>, req: &Request<'_>, _asked: &Asked, _o: Arc<Object>) -> Outcome {
+async fn revalidate_alone(
+    c: &Cached<'_>,
+    req: &Request<'_>,
+    _asked: &Asked,
+    _o: Arc<Object>,
+) -> Outcome {
     pass(c, req).await
 }
 
@@ -570,8 +636,11 @@ fn answer(o: &Object, req: &Request<'_>, now: u64, status: &str) -> Response {
         filters::respond(req.head, &Hit(o), ramjet_config::DEFAULT_MAX_RANGES)
     };
     r.headers.extend_from_slice(b"Age: ");
-    r.headers
-        .extend_from_slice(itoa::Buffer::new().format(o.meta.freshness.age_ms(now) / 1000).as_bytes());
+    r.headers.extend_from_slice(
+        itoa::Buffer::new()
+            .format(o.meta.freshness.age_ms(now) / 1000)
+            .as_bytes(),
+    );
     r.headers.extend_from_slice(b"\r\n");
     cache_status(&mut r, status);
     r
@@ -596,7 +665,8 @@ fn filling(o: &Object, fill: &Arc<Fill>, req: &Request<'_>) -> Response {
         if applies {
             if let RangeOutcome::Partial(rs) = parse_range(range, len, 1) {
                 if let [ramjet_http1::range::ByteRange { start, end }] = rs[..] {
-                    let mut r = Response::new(206, Body::Stream(Box::new(fill.reader(start, Some(end)))));
+                    let mut r =
+                        Response::new(206, Body::Stream(Box::new(fill.reader(start, Some(end)))));
                     r.shared_headers = o.meta.fields.clone();
                     r.headers.extend_from_slice(
                         format!("Content-Range: bytes {start}-{}/{len}\r\n", end - 1).as_bytes(),

@@ -75,7 +75,11 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// Cache `index` of `config`.
-    pub(crate) fn cache(&self, config: &Resolved, index: usize) -> Option<std::sync::Arc<ramjet_cache::Store>> {
+    pub(crate) fn cache(
+        &self,
+        config: &Resolved,
+        index: usize,
+    ) -> Option<std::sync::Arc<ramjet_cache::Store>> {
         let id = config as *const Resolved as usize;
         if self.current.borrow().config != id {
             if self.previous.borrow().config == id {

@@ -42,10 +42,7 @@ fn storability() {
         status: 200,
         fields: b"Cache-Control: max-age=5\r\n",
     };
-    assert_eq!(
-        storable(&a, &ans, &rule(None), 0, 0),
-        Err("authorization")
-    );
+    assert_eq!(storable(&a, &ans, &rule(None), 0, 0), Err("authorization"));
     let ans = Answer {
         status: 200,
         fields: b"Cache-Control: max-age=5, public\r\n",
@@ -55,9 +52,16 @@ fn storability() {
 
 #[test]
 fn lifetimes() {
-    assert_eq!(store(200, "Cache-Control: max-age=60\r\n").unwrap().lifetime_ms, 60_000);
     assert_eq!(
-        store(200, "Cache-Control: max-age=60, s-maxage=5\r\n").unwrap().lifetime_ms,
+        store(200, "Cache-Control: max-age=60\r\n")
+            .unwrap()
+            .lifetime_ms,
+        60_000
+    );
+    assert_eq!(
+        store(200, "Cache-Control: max-age=60, s-maxage=5\r\n")
+            .unwrap()
+            .lifetime_ms,
         5_000
     );
     let f = store(
