@@ -427,30 +427,13 @@ async fn revalidate(
     }
     let (out, sent) = fetch_for(c, req, &extra).await;
     let now = now_ms();
-    let Outcome::Respond(r) = &out else {
-        return miss(
-            c,
-            req,
-            asked,
-            (out, sent),
-            Some(lead),
-            Some(&o),
-            "fwd=stale; stored",
-        )
-        .await;
+    let r = match &out {
+        Outcome::Respond(r) if r.status == 304 => r,
+        _ => {
+            let status = "fwd=stale; stored";
+            return miss(c, req, asked, (out, sent), Some(lead), Some(&o), status).await;
+        }
     };
-    if r.status != 304 {
-        return miss(
-            c,
-            req,
-            asked,
-            (out, sent),
-            Some(lead),
-            Some(&o),
-            "fwd=stale; stored",
-        )
-        .await;
-    }
     // RFC 9111 §4.3.4: the 304's fields replace the stored ones of the same names.
     let merged = merge(&o.meta.fields, &r.headers);
     let mut for_policy = merged.clone();

@@ -9,10 +9,11 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ramjet_testkit::{Backend, Exchange, Flow, Server};
 
+use crate::proxy::eventually;
 use crate::{bytes, server_with};
 
 fn cached(origin: &str, cache: &str, location: &str) -> Server {
@@ -37,17 +38,6 @@ fn get(s: &Server, path: &str, extra: &str) -> ramjet_testkit::Response {
     let mut c = s.client();
     c.send(format!("GET {path} HTTP/1.1\r\nHost: x\r\n{extra}\r\n").as_bytes());
     c.response(false)
-}
-
-fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let end = Instant::now() + within;
-    while Instant::now() < end {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    cond()
 }
 
 /// 300 concurrent requests for a cold object make exactly one origin request, and every

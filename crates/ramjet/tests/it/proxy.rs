@@ -59,7 +59,7 @@ fn dead_port() -> String {
 }
 
 /// Poll `cond` until it holds or `within` passes.
-fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+pub(crate) fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + within;
     while Instant::now() < end {
         if cond() {
