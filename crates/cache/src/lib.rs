@@ -8,7 +8,7 @@
 //! is an answer still arriving, read by every request that wants it; [`fetch`] stores an
 //! answer as it streams; [`object`] a stored answer (a `filters::Representation`, so
 //! conditional and range requests are answered from it); [`meta`] and [`disk`] the disk
-//! tier's files. The proxy crate asks it per request (`proxy/src/cached.rs`).
+//! tier's files. The proxy crate asks it per request (`proxy/src/cached/`).
 #![forbid(unsafe_code)]
 
 pub mod directives;

@@ -94,7 +94,7 @@ pub struct Answer<'a> {
 }
 
 /// The request as the policy reads it.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct Asked {
     pub directives: Directives,
     /// `Pragma: no-cache` with no `Cache-Control` (§5.4).

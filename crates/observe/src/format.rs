@@ -35,6 +35,9 @@ pub struct UpstreamLog {
     pub status: u16,
     /// From the first connection attempt to the complete response head.
     pub micros: u64,
+    /// What a cache did (`HIT`, `MISS`, `STALE`, `REVALIDATED`, `EXPIRED`, `BYPASS`), or
+    /// empty; with an empty `addr` when no server was asked.
+    pub cache: &'static str,
 }
 
 /// Caches the formatted timestamp of the current second.
@@ -113,6 +116,8 @@ impl Entry<'_> {
             }
             LogFormat::Json => {
                 let text = |v: Option<&[u8]>| v.map(|v| String::from_utf8_lossy(v).into_owned());
+                // A cache hit asked no server.
+                let asked = self.upstream.filter(|u| !u.addr.is_empty());
                 let line = serde_json::json!({
                     "time": std::str::from_utf8(&stamp.iso).unwrap_or(""),
                     "remote": self.remote.to_string(),
@@ -123,9 +128,10 @@ impl Entry<'_> {
                     "referer": text(self.referer),
                     "user_agent": text(self.user_agent),
                     "duration_us": self.micros,
-                    "upstream_addr": self.upstream.map(|u| u.addr.as_str()),
-                    "upstream_status": self.upstream.map(|u| u.status),
-                    "upstream_time_us": self.upstream.map(|u| u.micros),
+                    "upstream_addr": asked.map(|u| u.addr.as_str()),
+                    "upstream_status": asked.map(|u| u.status),
+                    "upstream_time_us": asked.map(|u| u.micros),
+                    "cache": self.upstream.map(|u| u.cache).filter(|c| !c.is_empty()),
                 });
                 let _ = serde_json::to_writer(&mut *out, &line);
                 out.push(b'\n');

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use ramjet_config::{Balance, ProxyOptions, Upstream};
-use ramjet_http1::{BodyDecoder, Method};
+use ramjet_http1::{BodyDecoder, Method, RequestHead};
 use ramjet_observe::UpstreamLog;
 use ramjet_pipeline::{Body, Extras, FailKind, Failure, Outcome, Request, Response, Side};
 use tokio::time::Instant;
@@ -53,10 +53,39 @@ struct Replay {
     complete: bool,
 }
 
+/// What an exchange needs of a request: a view a task of its own can also build from
+/// owned parts (the cache's background revalidation).
+pub(crate) struct Asking<'a> {
+    pub(crate) head: &'a RequestHead<'a>,
+    /// The decoded, normalised path.
+    pub(crate) path: &'a [u8],
+    pub(crate) query: Option<&'a str>,
+    /// The location's prefix (for `proxy_path`).
+    pub(crate) prefix: &'a str,
+    pub(crate) client: std::net::SocketAddr,
+    pub(crate) secure: bool,
+    /// The request body (`None`: the request has none).
+    pub(crate) body: Option<&'a ramjet_pipeline::RequestBody<'a>>,
+}
+
+impl<'a> Asking<'a> {
+    pub(crate) fn of(req: &'a Request<'a>) -> Asking<'a> {
+        Asking {
+            head: req.head,
+            path: req.path,
+            query: req.query,
+            prefix: &req.location.prefix,
+            client: req.client,
+            secure: req.secure,
+            body: Some(req.body),
+        }
+    }
+}
+
 pub(crate) async fn forward(
     shared: &Shared,
     state: Rc<UpstreamState>,
-    req: &Request<'_>,
+    req: &Asking<'_>,
     opts: &ProxyOptions,
     keep_date: bool,
 ) -> Outcome {
@@ -81,7 +110,7 @@ pub(crate) async fn forward(
         req.head.path,
         req.path,
         req.query,
-        &req.location.prefix,
+        req.prefix,
         opts.path.as_deref(),
     );
     let mut replay = Replay {
@@ -113,6 +142,7 @@ pub(crate) async fn forward(
             addr,
             status,
             micros: started.elapsed().as_micros() as u64,
+            cache: "",
         })
     };
     let fail = |mut f: Failure, order: &[u16]| {
@@ -313,7 +343,7 @@ async fn send(
     io: &Io,
     head: &[u8],
     chunked: bool,
-    req: &Request<'_>,
+    req: &Asking<'_>,
     replay: &mut Replay,
     u: &Upstream,
     reused: bool,
@@ -340,7 +370,11 @@ async fn send(
             .map_err(closed)?;
     }
     while !replay.complete {
-        let piece = match req.body.next().await {
+        let Some(body) = req.body else {
+            replay.complete = true;
+            break;
+        };
+        let piece = match body.next().await {
             Ok(Some(p)) => p,
             Ok(None) => {
                 replay.complete = true;
@@ -378,7 +412,7 @@ async fn send(
     }
 }
 
-fn has_body(req: &Request<'_>) -> bool {
+fn has_body(req: &Asking<'_>) -> bool {
     req.head.framing != ramjet_http1::BodyFraming::None
 }
 

@@ -193,13 +193,10 @@ impl Content for Proxy {
                 return Err(Box::pin(crate::cached::serve(c, req)));
             }
         }
-        Err(Box::pin(crate::exchange::forward(
-            &self.shared,
-            state,
-            req,
-            opts,
-            false,
-        )))
+        Err(Box::pin(async move {
+            let asking = crate::exchange::Asking::of(req);
+            crate::exchange::forward(&self.shared, state, &asking, opts, false).await
+        }))
     }
 
     fn on_reload(&self, config: &Resolved) {

@@ -222,6 +222,27 @@ pub(crate) fn html(s: &Snapshot, refresh: Option<u32>) -> String {
         o.push_str("</tr>\n");
     }
     o.push_str("</table>\n");
+    if !s.caches.is_empty() {
+        o.push_str("<h2>Caches</h2>\n<table>\n<tr><th>cache</th><th>hits</th><th>misses</th><th>stale</th><th>revalidated</th><th>bypass</th><th>collapsed</th><th>hit bytes</th><th>memory</th><th>disk</th><th>objects</th></tr>\n");
+        for c in &s.caches {
+            let _ = writeln!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                escape(&c.name),
+                c.hits,
+                c.misses,
+                c.stale,
+                c.revalidated,
+                c.bypass,
+                c.collapsed,
+                c.hit_bytes,
+                c.memory_bytes,
+                c.disk_bytes,
+                c.objects
+            );
+        }
+        o.push_str("</table>\n");
+    }
     if !s.upstreams.is_empty() {
         o.push_str("<h2>Upstreams</h2>\n<table>\n<tr><th>upstream</th><th>server</th><th>requests</th><th>failures</th><th>in flight</th><th>mean time to head</th></tr>\n");
         for u in &s.upstreams {

@@ -248,6 +248,87 @@ pub(crate) fn render(s: &Snapshot) -> String {
             |u| format!("{:.6}", u.header_seconds),
         ),
     ];
+    if !s.caches.is_empty() {
+        family(
+            &mut o,
+            "ramjet_cache_requests_total",
+            "counter",
+            "Requests to each cache by result: hit (from storage), miss (fetched and stored), stale (a stale answer served), revalidated (refreshed by a 304), bypass (passed on, not stored), collapsed (waited for another request's fetch).",
+        );
+        for c in &s.caches {
+            for (result, v) in [
+                ("hit", c.hits),
+                ("miss", c.misses),
+                ("stale", c.stale),
+                ("revalidated", c.revalidated),
+                ("bypass", c.bypass),
+                ("collapsed", c.collapsed),
+            ] {
+                let _ = writeln!(
+                    o,
+                    "ramjet_cache_requests_total{{cache=\"{}\",result=\"{result}\"}} {v}",
+                    label(&c.name)
+                );
+            }
+        }
+        type CacheValue = fn(&crate::snapshot::CacheCounts) -> u64;
+        let per_cache: [(&str, &str, &str, CacheValue); 8] = [
+            (
+                "ramjet_cache_hit_bytes_total",
+                "counter",
+                "Body bytes answered from storage.",
+                |c| c.hit_bytes,
+            ),
+            (
+                "ramjet_cache_miss_bytes_total",
+                "counter",
+                "Body bytes fetched from the origin to be stored.",
+                |c| c.miss_bytes,
+            ),
+            (
+                "ramjet_cache_stored_total",
+                "counter",
+                "Answers stored whole.",
+                |c| c.stored,
+            ),
+            (
+                "ramjet_cache_evicted_total",
+                "counter",
+                "Answers evicted from a tier by the size manager.",
+                |c| c.evicted,
+            ),
+            (
+                "ramjet_cache_purged_total",
+                "counter",
+                "Answers removed by PURGE or invalidation.",
+                |c| c.purged,
+            ),
+            (
+                "ramjet_cache_memory_bytes",
+                "gauge",
+                "Bytes held by the memory tier.",
+                |c| c.memory_bytes,
+            ),
+            (
+                "ramjet_cache_disk_bytes",
+                "gauge",
+                "Bytes held by the disk tier.",
+                |c| c.disk_bytes,
+            ),
+            (
+                "ramjet_cache_objects",
+                "gauge",
+                "Stored answers (variants counted apart).",
+                |c| c.objects,
+            ),
+        ];
+        for (name, kind, help, value) in per_cache {
+            family(&mut o, name, kind, help);
+            for c in &s.caches {
+                let _ = writeln!(o, "{name}{{cache=\"{}\"}} {}", label(&c.name), value(c));
+            }
+        }
+    }
     if !s.upstreams.is_empty() {
         for (name, kind, help, value) in upstream {
             family(&mut o, name, kind, help);

@@ -102,11 +102,62 @@ pub struct Snapshot {
     pub locations: Vec<LocationCounts>,
     pub workers: Vec<WorkerCounts>,
     pub upstreams: Vec<UpstreamServerCounts>,
+    /// Every `[cache.NAME]`'s counters and sizes.
+    pub caches: Vec<CacheCounts>,
     /// The slowest downloads in progress (by rate), at most `DOWNLOADS_LISTED`.
     pub downloads: Vec<DownloadNow>,
     pub downloads_in_progress: usize,
     /// The last minutes, one point a second (at most ten minutes), oldest first.
     pub history: Vec<Point>,
+}
+
+/// One cache's counters (since start) and its tiers' sizes now.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CacheCounts {
+    pub name: String,
+    /// Requests answered from storage, sent to the origin and stored, served stale,
+    /// revalidated by a 304, passed on without storing, and made to wait for another's
+    /// fetch.
+    pub hits: u64,
+    pub misses: u64,
+    pub stale: u64,
+    pub revalidated: u64,
+    pub bypass: u64,
+    pub collapsed: u64,
+    pub stored: u64,
+    pub evicted: u64,
+    pub purged: u64,
+    /// Body bytes of the hits, and of the answers fetched to be stored.
+    pub hit_bytes: u64,
+    pub miss_bytes: u64,
+    pub memory_bytes: u64,
+    pub disk_bytes: u64,
+    pub objects: u64,
+}
+
+impl CacheCounts {
+    fn of(store: &ramjet_cache::Store) -> CacheCounts {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = &store.counts;
+        let (memory_bytes, disk_bytes, objects) = store.used();
+        CacheCounts {
+            name: store.zone().name,
+            hits: c.hits.load(Relaxed),
+            misses: c.misses.load(Relaxed),
+            stale: c.stale.load(Relaxed),
+            revalidated: c.revalidated.load(Relaxed),
+            bypass: c.bypass.load(Relaxed),
+            collapsed: c.collapsed.load(Relaxed),
+            stored: c.stored.load(Relaxed),
+            evicted: c.evicted.load(Relaxed),
+            purged: c.purged.load(Relaxed),
+            hit_bytes: c.hit_bytes.load(Relaxed),
+            miss_bytes: c.miss_bytes.load(Relaxed),
+            memory_bytes,
+            disk_bytes,
+            objects: objects as u64,
+        }
+    }
 }
 
 /// One second of the recent past: its rates and the connections open at its end.
@@ -259,6 +310,10 @@ impl Snapshot {
             locations,
             workers: per_worker,
             upstreams,
+            caches: ramjet_cache::store::all()
+                .iter()
+                .map(|c| CacheCounts::of(c))
+                .collect(),
             downloads,
             downloads_in_progress,
             history: points(&reg.history()),

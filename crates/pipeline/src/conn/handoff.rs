@@ -60,6 +60,7 @@ impl Conn {
             addr: format!("handoff:{}", socket.display()),
             status: 0,
             micros: queued_at.elapsed().as_micros() as u64,
+            cache: "",
         }));
         // No response of this connection is in the outbox: no body bytes to pair with.
         self.out.body_written.clear();

@@ -193,7 +193,7 @@ fn uncacheable_answers_pass_and_purge_removes() {
     let s = cached(
         &origin.addr.to_string(),
         "",
-        "cache_purge = [\"127.0.0.1\"]",
+        "cache_purge = [\"127.0.0.1\"]\n[[location]]\npath = \"/metrics\"\nhandlers = [\"metrics\"]",
     );
     let r = get(&s, "/private", "");
     assert!(
@@ -215,6 +215,16 @@ fn uncacheable_answers_pass_and_purge_removes() {
     assert!(p.text().contains("\"purged\": 2"), "{}", p.text());
     get(&s, "/d/a", "");
     assert_eq!(origin.requests(), before + 1);
+    let m = get(&s, "/metrics", "").text();
+    for line in [
+        "ramjet_cache_requests_total{cache=\"c\",result=\"hit\"} 1",
+        "ramjet_cache_requests_total{cache=\"c\",result=\"miss\"} 3",
+        "ramjet_cache_requests_total{cache=\"c\",result=\"bypass\"} 2",
+        "ramjet_cache_purged_total{cache=\"c\"} 2",
+        "ramjet_cache_objects{cache=\"c\"} 1",
+    ] {
+        assert!(m.contains(line), "{line} in\n{m}");
+    }
 }
 
 /// `kill -9` in the middle of a disk fill: after a restart the cut object is not served
@@ -341,4 +351,34 @@ fn the_cache_tests_suite_passes() {
     eprintln!("{text}");
     assert!(count("pass") >= 150, "{text}");
     assert!(count("fail") <= 3, "{text}");
+}
+
+/// Within stale-while-revalidate a stale answer is served at once while a task of its own
+/// revalidates it; the new answer follows.
+#[test]
+fn stale_while_revalidate_serves_stale_and_refreshes_in_the_background() {
+    let n = Arc::new(AtomicUsize::new(0));
+    let n2 = n.clone();
+    let origin = Backend::start(move |ex| {
+        let v = n2.fetch_add(1, Ordering::Relaxed);
+        answer(
+            ex,
+            "Cache-Control: max-age=1, stale-while-revalidate=600\r\n",
+            format!("v{v}").as_bytes(),
+        );
+        Flow::Keep
+    });
+    let s = cached(&origin.addr.to_string(), "", "");
+    assert_eq!(get(&s, "/swr", "").body, b"v0");
+    // Stale after a second: served as it is, with the refresh under way.
+    assert!(eventually(Duration::from_secs(10), || {
+        let r = get(&s, "/swr", "");
+        r.body == b"v0"
+            && r.header("cache-status")
+                .is_some_and(|c| c.contains("stale-while-revalidate"))
+    }));
+    assert!(eventually(Duration::from_secs(10), || get(&s, "/swr", "")
+        .body
+        == b"v1"));
+    s.assert_clean_log(&[]);
 }
