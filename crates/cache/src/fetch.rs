@@ -85,15 +85,6 @@ pub async fn fill(
             store.update(&key, object.id, None);
             fill.release();
         }
-        if storing
-            && tier == Tier::Memory
-            && fill.length.is_none()
-            && received > zone.memory_object_max
-        {
-            storing = false;
-            store.update(&key, object.id, None);
-            fill.release();
-        }
         if let (true, Some((file, _))) = (storing, &disk) {
             pending_len += piece.len();
             pending.push(piece);

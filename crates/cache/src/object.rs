@@ -121,8 +121,24 @@ impl Object {
     }
 }
 
+/// A body at least this large is sent from the object's disk copy when it has one
+/// (sendfile) rather than from memory: 1 MiB hits went from 3,021 to 6,735 responses per
+/// CPU-second (`bench/cache.py`, one round of 3 s).
+pub const SENDFILE_MIN: u64 = 256 << 10;
+
 /// A complete stored answer as the response filters see it.
 pub struct Hit<'a>(pub &'a Object);
+
+impl Hit<'_> {
+    /// The disk copy to send from, for a body large enough to be worth sendfile.
+    fn file(&self) -> Option<&Arc<File>> {
+        match &self.0.body {
+            Stored::Disk(f) => Some(f),
+            Stored::Memory(_) if self.0.meta.length >= SENDFILE_MIN => self.0.disk.as_ref(),
+            _ => None,
+        }
+    }
+}
 
 impl Representation for Hit<'_> {
     fn etag(&self) -> &[u8] {
@@ -144,6 +160,13 @@ impl Representation for Hit<'_> {
         self.0.validators.clone()
     }
     fn slice(&self, start: u64, end: u64) -> Part {
+        if let Some(f) = self.file() {
+            return Part::File {
+                file: f.clone(),
+                offset: start,
+                len: end - start,
+            };
+        }
         match &self.0.body {
             Stored::Memory(b) => Part::Bytes(b.slice(start as usize..end as usize)),
             Stored::Disk(f) => Part::File {
@@ -155,6 +178,13 @@ impl Representation for Hit<'_> {
         }
     }
     fn body(&self) -> Body {
+        if let (Some(f), true) = (self.file(), self.0.meta.length > 0) {
+            return Body::File {
+                file: f.clone(),
+                offset: 0,
+                len: self.0.meta.length,
+            };
+        }
         match &self.0.body {
             Stored::Memory(b) if b.is_empty() => Body::Empty,
             Stored::Memory(b) => Body::Bytes(b.clone()),

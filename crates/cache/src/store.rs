@@ -169,6 +169,22 @@ impl Store {
         self.lead_or_wait(slot, key, now_ms)
     }
 
+    /// The variant of `key` this request selects, if one is stored (nothing else is
+    /// changed: the synchronous hit path).
+    pub fn peek(&self, key: &[u8], head: &RequestHead<'_>) -> Option<Arc<Object>> {
+        let inner = self.lock();
+        let o = inner
+            .slots
+            .get(key)?
+            .variants
+            .iter()
+            .find(|o| vary_matches(&o.meta.vary, head))?
+            .clone();
+        drop(inner);
+        o.touch();
+        Some(o)
+    }
+
     /// Start a fetch of `key` (a miss, or a stored answer that needs revalidating), or
     /// wait for the one under way.
     pub fn begin(self: &Arc<Store>, key: &[u8], now_ms: u64) -> Lookup {
@@ -210,6 +226,8 @@ impl Store {
             .iter()
             .position(|o| o.meta.vary == object.meta.vary || o.hash == object.hash)
             .map(|i| slot.variants.swap_remove(i));
+        // A new object gets one turn of the clock before it may go.
+        object.touch();
         slot.variants.push(object.clone());
         if let Some(old) = old {
             self.account(inner, &old, false);
@@ -261,7 +279,9 @@ impl Store {
             if matches!(o.body, Stored::Disk(_)) {
                 continue;
             }
-            if o.referenced.swap(false, Ordering::Relaxed) {
+            // An answer still arriving stays (requests are reading it); so does one used
+            // since the clock last passed, once more.
+            if matches!(o.body, Stored::Filling(_)) || o.referenced.swap(false, Ordering::Relaxed) {
                 inner.memory_clock.push_back((key, id));
                 continue;
             }

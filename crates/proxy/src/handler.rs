@@ -183,6 +183,9 @@ impl Content for Proxy {
         };
         if let Some(rule) = &opts.cache {
             if let Some(store) = self.shared.cache(req.config, rule.zone) {
+                if let Some(hit) = crate::cached::fresh_hit(&store, rule, req) {
+                    return Ok(hit);
+                }
                 let c = crate::cached::Cached {
                     shared: &self.shared,
                     state,

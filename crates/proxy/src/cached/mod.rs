@@ -135,6 +135,26 @@ pub(crate) async fn serve(c: Cached<'_>, req: &Request<'_>) -> Outcome {
     }
 }
 
+/// A fresh hit for a GET or HEAD, answered at once (no boxed work, as a static file's cache
+/// hit): `None` sends the request through [`serve`].
+pub(crate) fn fresh_hit(store: &Store, rule: &CacheRule, req: &Request<'_>) -> Option<Outcome> {
+    if !matches!(req.head.method, Method::Get | Method::Head)
+        || req.head.framing != ramjet_http1::BodyFraming::None
+    {
+        return None;
+    }
+    let mut k = Vec::with_capacity(64);
+    key::build(&mut k, &rule.key, req.head, req.secure);
+    let o = store.peek(&k, req.head)?;
+    let now = now_ms();
+    if policy::usable(&o.meta.freshness, &Asked::from_head(req.head), now) != Use::Fresh {
+        return None;
+    }
+    Counts::add(&store.counts.hits, 1);
+    Counts::add(&store.counts.hit_bytes, o.meta.length);
+    Some(Outcome::Respond(answer(&o, req.head, now, "hit")))
+}
+
 /// The client's answer after a fetch: from the stored object, or what passed, or a stale
 /// answer within stale-if-error in place of a failure.
 fn client_answer(

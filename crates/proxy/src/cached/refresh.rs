@@ -135,12 +135,14 @@ pub(crate) async fn refresh(
     );
     let zone = c.store.zone();
     let length = r.body.length();
+    // Small answers to memory; larger ones to disk when there is a disk tier, else to
+    // memory too; none larger than max_object.
+    let has_disk = c.store.disk().is_some();
     let tier = match length {
-        Some(n) if n <= zone.memory_object_max => Some(Tier::Memory),
         Some(n) if n > zone.max_object => None,
-        _ if c.store.disk().is_some() => Some(Tier::Disk),
-        None => Some(Tier::Memory),
-        Some(_) => None,
+        Some(n) if n <= zone.memory_object_max || !has_disk => Some(Tier::Memory),
+        _ if has_disk => Some(Tier::Disk),
+        _ => Some(Tier::Memory),
     };
     let streamable = matches!(r.body, Body::Empty | Body::Bytes(_) | Body::Stream(_));
     let (freshness, tier) = match (decided, tier) {

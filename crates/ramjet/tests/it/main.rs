@@ -6,6 +6,7 @@ mod activation;
 mod autoindex;
 mod bench;
 mod cache;
+mod cache_real;
 mod cgi;
 mod changes;
 mod codec;

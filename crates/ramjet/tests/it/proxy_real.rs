@@ -44,14 +44,14 @@ pub(crate) fn wait_listening(port: u16, child: &mut Child, log: &Path) {
 }
 
 /// A stock Apache with its own minimal configuration, stopped on drop.
-struct Apache {
+pub(crate) struct Apache {
     child: Child,
     port: u16,
-    _dir: tempfile::TempDir,
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Apache {
-    fn start(keepalive_timeout: u32) -> Apache {
+    pub(crate) fn start(keepalive_timeout: u32) -> Apache {
         let bin = ["/usr/sbin/apache2", "/usr/sbin/httpd"]
             .into_iter()
             .find(|p| Path::new(p).exists())
@@ -115,14 +115,10 @@ ScriptAlias /cgi-bin/ \"{d}/cgi-bin/\"\nKeepAlive On\nKeepAliveTimeout {keepaliv
             .spawn()
             .expect("start apache");
         wait_listening(port, &mut child, &log);
-        Apache {
-            child,
-            port,
-            _dir: dir,
-        }
+        Apache { child, port, dir }
     }
 
-    fn addr(&self) -> String {
+    pub(crate) fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 }
@@ -223,20 +219,16 @@ fn apache_behind_ramjet_files_ranges_cgi_and_its_keepalive_timeout() {
 }
 
 /// gunicorn serving a WSGI app written here, stopped on drop.
-struct Gunicorn {
+pub(crate) struct Gunicorn {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     /// gunicorn also listens on this UNIX socket.
     socket: PathBuf,
     _dir: tempfile::TempDir,
 }
 
-impl Gunicorn {
-    fn start() -> Gunicorn {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(
-            dir.path().join("app.py"),
-            r#"
+/// The echo app of the proxy tests.
+const ECHO_APP: &str = r#"
 def app(environ, start_response):
     path = environ['PATH_INFO']
     if path == '/stream':
@@ -254,9 +246,17 @@ def app(environ, start_response):
     start_response('200 OK', [('Content-Type', 'text/plain'), ('Content-Length', str(len(out))),
                               ('Set-Cookie', 'a=1'), ('Set-Cookie', 'b=2')])
     return [out]
-"#,
-        )
-        .unwrap();
+"#;
+
+impl Gunicorn {
+    fn start() -> Gunicorn {
+        Gunicorn::with_app(ECHO_APP)
+    }
+
+    /// gunicorn (2 sync workers) running the WSGI `app` in `source`.
+    pub(crate) fn with_app(source: &str) -> Gunicorn {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("app.py"), source).unwrap();
         let port = free_port();
         let log = dir.path().join("gunicorn.log");
         let socket = dir.path().join("app.sock");
