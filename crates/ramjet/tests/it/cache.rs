@@ -227,12 +227,12 @@ fn uncacheable_answers_pass_and_purge_removes() {
     }
 }
 
-/// `kill -9` in the middle of a disk fill: after a restart the cut object is not served
+/// `kill -9` in the middle of a 200 MB disk fill: after a restart the cut object is not served
 /// (the origin is asked again) and the whole one is.
 #[test]
 fn a_fill_cut_by_kill_9_is_never_served_as_whole() {
     let disk = tempfile::tempdir().unwrap();
-    let body = Arc::new(bytes(8 << 20, 3));
+    let body = Arc::new(bytes(200 << 20, 3));
     let stall = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let (b2, st2) = (body.clone(), stall.clone());
     let origin = Backend::start(move |ex| {
@@ -242,7 +242,7 @@ fn a_fill_cut_by_kill_9_is_never_served_as_whole() {
         );
         ex.write(head.as_bytes());
         if st2.load(Ordering::Relaxed) {
-            ex.write(&b2[..3 << 20]);
+            ex.write(&b2[..50 << 20]);
             std::thread::sleep(Duration::from_secs(30));
             return Flow::Close;
         }
@@ -250,14 +250,14 @@ fn a_fill_cut_by_kill_9_is_never_served_as_whole() {
         Flow::Keep
     });
     let config = format!(
-        "memory = \"4m\"\ndisk = \"{}\"\ndisk_size = \"64m\"",
+        "memory = \"4m\"\ndisk = \"{}\"\ndisk_size = \"1g\"\nmax_object = \"512m\"",
         disk.path().display()
     );
     let mut s = cached(&origin.addr.to_string(), &config, "");
     let mut c = TcpStream::connect(s.addr).unwrap();
     c.write_all(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
         .unwrap();
-    let mut got = vec![0u8; 2 << 20];
+    let mut got = vec![0u8; 20 << 20];
     c.read_exact(&mut got).unwrap();
     s.signal(9);
     s.wait_exit(Duration::from_secs(10));
