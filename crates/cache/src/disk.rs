@@ -92,9 +92,15 @@ impl Disk {
     /// files that do not describe their body) is removed.
     pub fn scan(&self) -> io::Result<Vec<Found>> {
         let tmp = self.dir.join("tmp");
-        if tmp.exists() {
+        if tmp.is_dir() {
             for e in fs::read_dir(&tmp)? {
-                let _ = fs::remove_file(e?.path());
+                let path = e?.path();
+                // A fill of another live process (the old one during a USR2 upgrade) is
+                // its own to finish or remove.
+                if filler(&path).is_some_and(|pid| pid != std::process::id() && alive(pid)) {
+                    continue;
+                }
+                let _ = fs::remove_file(path);
             }
         }
         let mut found = Vec::new();
@@ -145,6 +151,15 @@ impl Disk {
     }
 }
 
+/// The process that made a file in `tmp/` (`HASH.PID.N.EXT`).
+fn filler(path: &Path) -> Option<u32> {
+    path.file_name()?.to_str()?.split('.').nth(1)?.parse().ok()
+}
+
+fn alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
 fn remove_if_there(p: &Path) -> io::Result<()> {
     match fs::remove_file(p) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
@@ -191,5 +206,25 @@ mod tests {
         assert_eq!(found[0].hash, 1);
         assert_eq!(fs::read_dir(dir.path().join("tmp")).unwrap().count(), 0);
         assert!(!d.path(3, "body").exists());
+    }
+
+    #[test]
+    fn a_live_process_keeps_its_fills_at_a_scan() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = Disk {
+            dir: dir.path().to_path_buf(),
+        };
+        let tmp = dir.path().join("tmp");
+        fs::create_dir_all(&tmp).unwrap();
+        // pid 1 is alive; a pid past the kernel's limit never is.
+        fs::write(tmp.join("ab.1.0.body"), b"x").unwrap();
+        fs::write(tmp.join("ab.99999999.0.body"), b"x").unwrap();
+        fs::write(tmp.join(format!("ab.{}.0.body", std::process::id())), b"x").unwrap();
+        d.scan().unwrap();
+        let left: Vec<_> = fs::read_dir(&tmp)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(left, ["ab.1.0.body"]);
     }
 }
