@@ -40,7 +40,7 @@ fn get(s: &Server, path: &str, extra: &str) -> ramjet_testkit::Response {
     c.response(false)
 }
 
-/// 300 concurrent requests for a cold object make exactly one origin request, and every
+/// 500 concurrent requests for a cold object make exactly one origin request, and every
 /// client gets the whole object.
 #[test]
 fn a_storm_for_a_cold_object_makes_one_origin_request() {
@@ -63,7 +63,7 @@ fn a_storm_for_a_cold_object_makes_one_origin_request() {
     let s = cached(&origin.addr.to_string(), "memory = \"16m\"", "");
     let addr = s.addr;
     let ok = Arc::new(AtomicUsize::new(0));
-    let threads: Vec<_> = (0..300)
+    let threads: Vec<_> = (0..500)
         .map(|_| {
             let (ok, body) = (ok.clone(), body.clone());
             std::thread::spawn(move || {
@@ -79,7 +79,7 @@ fn a_storm_for_a_cold_object_makes_one_origin_request() {
     for t in threads {
         t.join().unwrap();
     }
-    assert_eq!(ok.load(Ordering::Relaxed), 300);
+    assert_eq!(ok.load(Ordering::Relaxed), 500);
     assert_eq!(origin.requests(), 1, "one origin fetch for the storm");
     let r = get(&s, "/obj", "");
     assert!(
