@@ -40,6 +40,8 @@ pub struct Object {
     pub content_type: String,
     /// The fields a 304 carries (RFC 9110 §15.4.5).
     pub validators: Bytes,
+    /// Its fields carry the origin's `Date`.
+    pub has_date: bool,
     /// Used since the size manager last passed it (a clock's reference bit).
     pub referenced: AtomicBool,
 }
@@ -79,9 +81,11 @@ impl Object {
                 b"content-location",
             ],
         );
+        let has_date = value(&meta.fields, b"date").is_some();
         Object {
             id,
             hash,
+            has_date,
             meta,
             body,
             disk,

@@ -16,6 +16,9 @@ pub struct Response {
     /// The body is the server's own error page: a configured error page may replace it
     /// (a backend's or a module's error body is theirs and is passed on).
     pub server_page: bool,
+    /// Its fields carry its own `Date` (a cache serving a stored answer keeps the origin's,
+    /// RFC 9110 §6.6.1): the pipeline writes none.
+    pub own_date: bool,
     /// Header lines shared with a cache entry (each `Name: value\r\n`), e.g. a pre-rendered
     /// Content-Type/ETag/Last-Modified block.
     pub shared_headers: Bytes,
@@ -153,6 +156,7 @@ impl Response {
         Response {
             status,
             server_page: false,
+            own_date: false,
             shared_headers: Bytes::new(),
             headers: Vec::new(),
             body,

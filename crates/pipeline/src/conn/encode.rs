@@ -85,6 +85,16 @@ pub(super) fn encode_head(out: &mut Vec<u8>, r: &Response, date: &[u8], version:
             out.extend_from_slice(&e.interim);
         }
     }
+    if r.own_date {
+        out.extend_from_slice(b"HTTP/1.1 ");
+        out.extend_from_slice(itoa::Buffer::new().format(r.status).as_bytes());
+        out.push(b' ');
+        out.extend_from_slice(reason(r.status).as_bytes());
+        out.extend_from_slice(b"\r\nServer: ramjet\r\n");
+        out.extend_from_slice(&r.shared_headers);
+        out.extend_from_slice(&r.headers);
+        return;
+    }
     // The statuses of the static fast path, written whole; the rest from the registry.
     let line: &[u8] = match r.status {
         200 => b"HTTP/1.1 200 OK\r\nServer: ramjet\r\nDate: ",

@@ -106,8 +106,10 @@ pub(super) fn head(
     let map = out.headers_mut();
     map.reserve(12);
     map.insert(http::header::SERVER, HeaderValue::from_static("ramjet"));
-    if let Some(d) = date_value(date, unix_secs) {
-        map.insert(http::header::DATE, d);
+    if !r.own_date {
+        if let Some(d) = date_value(date, unix_secs) {
+            map.insert(http::header::DATE, d);
+        }
     }
     let mut located = Vec::new();
     if let Some(h) = extra {

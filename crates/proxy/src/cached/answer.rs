@@ -23,6 +23,11 @@ pub(crate) fn answer(o: &Object, head: &RequestHead<'_>, now: u64, status: &str)
     } else {
         filters::respond(head, &Hit(o), ramjet_config::DEFAULT_MAX_RANGES)
     };
+    // The origin's Date goes with what was stored (not with a 304's validators or an
+    // error page).
+    r.own_date = o.has_date
+        && r.shared_headers.len() == o.meta.fields.len()
+        && r.shared_headers.as_ptr() == o.meta.fields.as_ptr();
     r.headers.extend_from_slice(b"Age: ");
     r.headers.extend_from_slice(
         itoa::Buffer::new()

@@ -231,10 +231,8 @@ fn not_modified(
     Counts::add(&c.store.counts.revalidated, 1);
     let merged = merge(&o.meta.fields, fresh);
     let mut for_policy = merged.clone();
-    for name in [&b"date"[..], b"age"] {
-        if let Some(v) = policy::value(fresh, name) {
-            field_line(&mut for_policy, name, v);
-        }
+    if let Some(v) = policy::value(fresh, b"age") {
+        field_line(&mut for_policy, b"age", v);
     }
     let decided = policy::storable(
         asked,
@@ -267,8 +265,8 @@ fn not_modified(
     Fetched::NotModified(updated)
 }
 
-/// Stored fields with every field the 304 carries replaced by its lines, except the ones
-/// that describe the stored body itself (and Date and Age, the cache's to compute).
+/// Stored fields with every field the 304 carries replaced by its lines (its `Date` too),
+/// except the ones that describe the stored body itself (and Age, the cache's to compute).
 fn merge(stored: &[u8], fresh: &[u8]) -> Vec<u8> {
     let name_of = |line: &[u8]| -> Vec<u8> {
         line.split(|&b| b == b':')
@@ -284,7 +282,6 @@ fn merge(stored: &[u8], fresh: &[u8]) -> Vec<u8> {
                 | b"content-encoding"
                 | b"content-md5"
                 | b"etag"
-                | b"date"
                 | b"age"
                 | b"surrogate-control"
         )
@@ -309,15 +306,14 @@ fn merge(stored: &[u8], fresh: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The fields stored: without the `Date` the exchange kept for the policy, `Age` (the
-/// cache sends its own), `Surrogate-Control` (meant for this cache), and `Set-Cookie` when
+/// The fields stored: the origin's (its `Date` included, which hits carry), without `Age`
+/// (the cache sends its own), `Surrogate-Control` (meant for this cache), and `Set-Cookie` when
 /// the location stores answers that carry it.
 fn stored_fields(fields: &[u8], drop_set_cookie: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(fields.len());
     for line in fields.split_inclusive(|&b| b == b'\n') {
         let name = line.split(|&b| b == b':').next().unwrap_or(b"");
-        let skip = name.eq_ignore_ascii_case(b"date")
-            || name.eq_ignore_ascii_case(b"age")
+        let skip = name.eq_ignore_ascii_case(b"age")
             || name.eq_ignore_ascii_case(b"surrogate-control")
             || (drop_set_cookie && name.eq_ignore_ascii_case(b"set-cookie"));
         if !skip {

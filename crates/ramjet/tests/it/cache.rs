@@ -290,7 +290,7 @@ fn a_fill_cut_by_kill_9_is_never_served_as_whole() {
 /// The cache-tests suite (the one behind cache-tests.fyi, npm `http-cache-tests` 0.4.5,
 /// installed by `.ci/deps` under /opt/http-cache-tests): its origin behind ramjet's cache,
 /// its client in front. Required tests: the target, at least 140 of 165 pass and
-/// fewer than 5 fail (156 and 2 on an idle machine; the two failures are explained in
+/// fewer than 5 fail (157 and 1 on an idle machine; the failure is explained in
 /// bench/results/2026-11-25-cache/cache-tests.md; some tests pause for seconds, and a
 /// loaded machine may cost one).
 #[test]
