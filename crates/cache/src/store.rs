@@ -65,6 +65,33 @@ struct Inner {
     disk_used: u64,
     memory_clock: VecDeque<(Box<[u8]>, u64)>,
     disk_clock: VecDeque<(Box<[u8]>, u64)>,
+    /// Keys passed on (hit-for-miss) and until when, in that order: a slot that holds
+    /// nothing else goes when its time is over (unique uncacheable URLs would otherwise
+    /// pile up).
+    passes: VecDeque<(Box<[u8]>, u64)>,
+}
+
+impl Inner {
+    /// Forget the hit-for-miss marks that are over (a few per call).
+    fn expire_passes(&mut self, now_ms: u64) {
+        for _ in 0..8 {
+            match self.passes.front() {
+                Some((_, until)) if *until <= now_ms => {}
+                _ => return,
+            }
+            let Some((key, _)) = self.passes.pop_front() else {
+                return;
+            };
+            if let Some(slot) = self.slots.get_mut(&key) {
+                if slot.pass_until_ms <= now_ms {
+                    slot.pass_until_ms = 0;
+                    if slot.variants.is_empty() && slot.busy.is_none() {
+                        self.slots.remove(&key);
+                    }
+                }
+            }
+        }
+    }
 }
 
 pub struct Store {
@@ -154,6 +181,7 @@ impl Store {
     /// The variant of `key` this request selects, or who fetches it.
     pub fn lookup(self: &Arc<Store>, key: &[u8], head: &RequestHead<'_>, now_ms: u64) -> Lookup {
         let mut inner = self.lock();
+        inner.expire_passes(now_ms);
         let slot = match inner.slots.get_mut(key) {
             Some(s) => s,
             None => inner.slots.entry(key.into()).or_default(),
@@ -468,6 +496,9 @@ impl Lead {
     pub fn pass(mut self, now_ms: u64) {
         let store = self.store.clone();
         let mut inner = store.lock();
+        inner
+            .passes
+            .push_back((self.key.clone(), now_ms + PASS_FOR_MS));
         self.release(&mut inner, now_ms + PASS_FOR_MS);
     }
 
@@ -579,4 +610,66 @@ fn disk_dir(s: &Store) -> String {
         .as_ref()
         .map(|d| d.dir.display().to_string())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ramjet_http1::{parse_request_head, Limits, Parse};
+
+    fn zone() -> CacheZone {
+        CacheZone {
+            name: "t".into(),
+            memory: 1 << 20,
+            disk: None,
+            disk_size: 0,
+            memory_object_max: 1 << 20,
+            max_object: 1 << 20,
+        }
+    }
+
+    #[test]
+    fn hit_for_miss_marks_expire_and_leave_nothing_behind() {
+        let store = Arc::new(Store::new(zone()));
+        let raw = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        let Parse::Complete(head) = parse_request_head(raw, &Limits::default()) else {
+            panic!()
+        };
+        for i in 0..100u32 {
+            let key = i.to_le_bytes();
+            let Lookup::Lead(lead) = store.lookup(&key, &head, 1_000) else {
+                panic!("a first lookup leads")
+            };
+            lead.pass(1_000);
+            assert!(matches!(store.lookup(&key, &head, 1_001), Lookup::Pass));
+        }
+        assert_eq!(store.lock().slots.len(), 100);
+        // Once over, each lookup forgets a few expired marks.
+        let later = 1_000 + PASS_FOR_MS + 1;
+        for _ in 0..20 {
+            let _ = store.lookup(b"other", &head, later);
+        }
+        assert!(
+            store.lock().slots.len() <= 1,
+            "only the key being fetched is left"
+        );
+    }
+
+    #[test]
+    fn a_dropped_lead_lets_a_waiter_lead() {
+        let store = Arc::new(Store::new(zone()));
+        let raw = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        let Parse::Complete(head) = parse_request_head(raw, &Limits::default()) else {
+            panic!()
+        };
+        let Lookup::Lead(lead) = store.lookup(b"k", &head, 0) else {
+            panic!()
+        };
+        let Lookup::Wait(mut rx) = store.lookup(b"k", &head, 0) else {
+            panic!("a second lookup waits")
+        };
+        drop(lead);
+        assert!(*rx.borrow_and_update());
+        assert!(matches!(store.lookup(b"k", &head, 0), Lookup::Lead(_)));
+    }
 }

@@ -77,11 +77,14 @@ pub(crate) async fn serve(c: Cached<'_>, req: &Request<'_>) -> Outcome {
     let mut collapsed = false;
     loop {
         let now = now_ms();
-        let lookup = match c.store.lookup(&k, req.head, now) {
+        let lookup = if method == Method::Head {
             // A HEAD is answered from a stored GET, else passed on (never stored, and it
-            // does not hold up the GETs).
-            Lookup::Lead(_) | Lookup::Wait(_) if method == Method::Head => Lookup::Pass,
-            l => l,
+            // neither leads nor waits for the GETs).
+            c.store
+                .peek(&k, req.head)
+                .map_or(Lookup::Pass, Lookup::Found)
+        } else {
+            c.store.lookup(&k, req.head, now)
         };
         match lookup {
             Lookup::Found(o) => match policy::usable(&o.meta.freshness, &asked, now) {

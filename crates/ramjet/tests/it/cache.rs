@@ -113,6 +113,17 @@ fn hits_answer_ranges_and_conditionals_from_storage() {
     let nm = get(&s, "/r", "If-None-Match: \"v1\"\r\n");
     assert_eq!(nm.status, 304);
     assert_eq!(origin.requests(), 1);
+    // HEAD: from the stored GET; a HEAD for what is not stored goes to the origin as HEAD.
+    let mut c = s.client();
+    c.send(b"HEAD /r HTTP/1.1\r\nHost: x\r\n\r\n");
+    let head = c.response(true);
+    assert_eq!(head.status, 200);
+    assert_eq!(head.header("content-length").as_deref(), Some("10"));
+    assert!(head.header("cache-status").unwrap().contains("hit"));
+    assert_eq!(origin.requests(), 1);
+    c.send(b"HEAD /other HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(c.response(true).status, 200);
+    assert!(origin.heads().last().unwrap().starts_with("HEAD /other"));
     // The origin never saw the client's range or conditional.
     assert!(!origin.heads()[0].to_ascii_lowercase().contains("range"));
 }
