@@ -44,6 +44,8 @@ pub struct Fill {
     tx: watch::Sender<u64>,
     /// The length the origin declared, if it did.
     pub length: Option<u64>,
+    /// Bound for the memory tier (every piece kept), not for disk (a window kept).
+    pub memory_bound: bool,
 }
 
 impl Fill {
@@ -55,6 +57,7 @@ impl Fill {
             }),
             tx: watch::channel(0).0,
             length,
+            memory_bound: keep_all,
         })
     }
 

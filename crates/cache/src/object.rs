@@ -113,7 +113,9 @@ impl Object {
     pub fn memory_size(&self) -> u64 {
         let body = match &self.body {
             Stored::Memory(b) => b.len() as u64,
-            Stored::Filling(_) => self.meta.length,
+            // What a fill holds: all of a memory-bound answer, a window of a disk-bound one.
+            Stored::Filling(f) if f.memory_bound => self.meta.length,
+            Stored::Filling(_) => self.meta.length.min(crate::fill::WINDOW),
             Stored::Disk(_) => 0,
         };
         body + (self.meta.fields.len() + self.meta.key.len()) as u64 + 256

@@ -655,6 +655,47 @@ mod tests {
         );
     }
 
+    fn object(store: &Store, key: &[u8], body: Stored, length: u64) -> Arc<Object> {
+        let meta = crate::meta::Meta {
+            key: key.into(),
+            status: 200,
+            fields: bytes::Bytes::new(),
+            vary: Vec::new(),
+            freshness: Default::default(),
+            length,
+        };
+        Arc::new(Object::new(store.next_id(), 0, meta, body, None))
+    }
+
+    #[test]
+    fn the_memory_budget_holds_and_a_disk_bound_fill_counts_its_window() {
+        let store = Store::new(CacheZone {
+            memory: 64 << 20,
+            ..zone()
+        });
+        let small = |i: u8| {
+            let b = bytes::Bytes::from(vec![i; 1 << 20]);
+            object(&store, &[i], Stored::Memory(b), 1 << 20)
+        };
+        // 32 answers of 1 MiB: half the 64 MiB budget.
+        for i in 0..32u8 {
+            store.insert(&[i], small(i));
+        }
+        // A 200 MB answer bound for disk holds its window (8 MiB) at most: they all stay.
+        let fill = crate::fill::Fill::new(Some(200 << 20), false);
+        store.insert(
+            b"big",
+            object(&store, b"big", Stored::Filling(fill), 200 << 20),
+        );
+        assert_eq!(store.used().2, 33);
+        // Answers past the budget are evicted as they come: never over it.
+        for i in 100..200u8 {
+            store.insert(&[i], small(i));
+            assert!(store.used().0 <= 64 << 20, "over budget after {i}");
+        }
+        assert!(store.counts.evicted.load(Ordering::Relaxed) > 0);
+    }
+
     #[test]
     fn a_dropped_lead_lets_a_waiter_lead() {
         let store = Arc::new(Store::new(zone()));
