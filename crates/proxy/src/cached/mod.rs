@@ -74,6 +74,7 @@ pub(crate) async fn serve(c: Cached<'_>, req: &Request<'_>) -> Outcome {
     let mut k = Vec::with_capacity(64);
     key::build(&mut k, &c.rule.key, req.head, req.secure);
     let started = tokio::time::Instant::now();
+    let arrived = now_ms();
     let mut collapsed = false;
     loop {
         let now = now_ms();
@@ -87,6 +88,15 @@ pub(crate) async fn serve(c: Cached<'_>, req: &Request<'_>) -> Outcome {
             c.store.lookup(&k, req.head, now)
         };
         match lookup {
+            // An answer received after this request arrived (the fetch it waited for) is
+            // served as it is, even if it must be revalidated before every use (no-cache,
+            // max-age=0, a client's no-cache): otherwise the waiters of a fetch would
+            // revalidate one after another (Varnish's lesson).
+            Lookup::Found(o) if collapsed && o.meta.freshness.response_time_ms >= arrived => {
+                Counts::add(&counts.hits, 1);
+                Counts::add(&counts.hit_bytes, o.meta.length);
+                return Outcome::Respond(answer(&o, req.head, now, "hit; collapsed"));
+            }
             Lookup::Found(o) => match policy::usable(&o.meta.freshness, &asked, now) {
                 Use::Fresh => {
                     Counts::add(&counts.hits, 1);

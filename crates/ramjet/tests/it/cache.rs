@@ -399,3 +399,43 @@ fn stale_while_revalidate_serves_stale_and_refreshes_in_the_background() {
         == b"v1"));
     s.assert_clean_log(&[]);
 }
+
+/// The waiters of a fetch take its answer even when it must be revalidated before every
+/// use (`no-cache`): they do not revalidate one after another.
+#[test]
+fn waiters_of_a_no_cache_answer_do_not_revalidate_one_by_one() {
+    let origin = Backend::start(|ex| {
+        std::thread::sleep(Duration::from_millis(300));
+        if ex.header("if-none-match").is_some() {
+            ex.write(
+                b"HTTP/1.1 304 Not Modified\r\nETag: \"n\"\r\nCache-Control: no-cache\r\n\r\n",
+            );
+        } else {
+            answer(ex, "Cache-Control: no-cache\r\nETag: \"n\"\r\n", b"nc");
+        }
+        Flow::Keep
+    });
+    let s = cached(&origin.addr.to_string(), "", "");
+    let addr = s.addr;
+    let go = Arc::new(std::sync::Barrier::new(100));
+    let threads: Vec<_> = (0..100)
+        .map(|_| {
+            let go = go.clone();
+            std::thread::spawn(move || {
+                let mut c = ramjet_testkit::Client::connect(addr);
+                go.wait();
+                c.send(b"GET /nc HTTP/1.1\r\nHost: x\r\n\r\n");
+                c.response(false).body
+            })
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), b"nc");
+    }
+    // One fetch for the storm (a straggler that arrived after it revalidates once more).
+    assert!(
+        origin.requests() <= 2,
+        "{} origin requests",
+        origin.requests()
+    );
+}
