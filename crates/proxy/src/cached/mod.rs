@@ -97,6 +97,17 @@ pub(crate) async fn serve(c: Cached<'_>, req: &Request<'_>) -> Outcome {
                 Counts::add(&counts.hit_bytes, o.meta.length);
                 return Outcome::Respond(answer(&o, req.head, now, "hit; collapsed"));
             }
+            // A waiter whose fetch failed (the answer is unchanged) takes the stale answer
+            // within stale-if-error rather than trying the origin again after the others.
+            Lookup::Found(o)
+                if collapsed
+                    && o.meta.freshness.usable_on_error(now)
+                    && policy::usable(&o.meta.freshness, &asked, now) != Use::Fresh =>
+            {
+                Counts::add(&counts.stale, 1);
+                let status = "hit; fwd=stale; detail=stale-if-error";
+                return Outcome::Respond(answer(&o, req.head, now, status));
+            }
             Lookup::Found(o) => match policy::usable(&o.meta.freshness, &asked, now) {
                 Use::Fresh => {
                     Counts::add(&counts.hits, 1);

@@ -439,3 +439,56 @@ fn waiters_of_a_no_cache_answer_do_not_revalidate_one_by_one() {
         origin.requests()
     );
 }
+
+/// When the revalidation the others waited for fails, they take the stale answer within
+/// stale-if-error instead of each trying the origin again in turn.
+#[test]
+fn waiters_of_a_failed_revalidation_take_the_stale_answer() {
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let f2 = failing.clone();
+    let origin = Backend::start(move |ex| {
+        if f2.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(300));
+            ex.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n");
+        } else {
+            answer(
+                ex,
+                "Cache-Control: max-age=1, stale-if-error=600\r\nETag: \"s\"\r\n",
+                b"kept",
+            );
+        }
+        Flow::Keep
+    });
+    let s = cached(&origin.addr.to_string(), "", "");
+    assert_eq!(get(&s, "/s", "").body, b"kept");
+    failing.store(true, Ordering::Relaxed);
+    // Stale after a second.
+    assert!(eventually(Duration::from_secs(10), || {
+        get(&s, "/s", "")
+            .header("cache-status")
+            .is_some_and(|c| c.contains("stale-if-error"))
+    }));
+    let before = origin.requests();
+    let addr = s.addr;
+    let go = Arc::new(std::sync::Barrier::new(50));
+    let threads: Vec<_> = (0..50)
+        .map(|_| {
+            let go = go.clone();
+            std::thread::spawn(move || {
+                let mut c = ramjet_testkit::Client::connect(addr);
+                go.wait();
+                c.send(b"GET /s HTTP/1.1\r\nHost: x\r\n\r\n");
+                c.response(false).body
+            })
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), b"kept");
+    }
+    // One revalidation for the 50 (a straggler may make one more).
+    assert!(
+        origin.requests() - before <= 2,
+        "{} origin requests",
+        origin.requests() - before
+    );
+}
