@@ -54,9 +54,11 @@ const MAX_STEPS: usize = 10_000;
 
 /// Rates `from`, `from + step`, ... up to and including `to`.
 pub fn rates(from: f64, to: f64, step: f64) -> Result<Vec<f64>, String> {
-    if !(from > 0.0 && to >= from && step > 0.0) {
+    // Finite too: an infinite STEP made `from + 0 * step` a NaN rate (found by the fuzzer).
+    let finite = from.is_finite() && to.is_finite() && step.is_finite();
+    if !(finite && from > 0.0 && to >= from && step > 0.0) {
         return Err(format!(
-            "sweep {from}:{to}:{step}: need 0 < FROM <= TO and STEP > 0"
+            "sweep {from}:{to}:{step}: need 0 < FROM <= TO and STEP > 0, all finite"
         ));
     }
     let n = ((to - from) / step + 1e-9).floor();
@@ -148,6 +150,10 @@ mod tests {
         assert!(parse_sweep("a:b:c").is_err());
         assert!(parse_sweep("1:1e18:1e-9").is_err());
         assert!(parse_sweep("1:inf:1").is_err());
+        // An infinite step (here by overflow) once gave a NaN rate.
+        assert!(parse_sweep("2:2:72E7374").is_err());
+        assert!(parse_sweep("2:2:inf").is_err());
+        assert!(parse_sweep("nan:2:1").is_err());
     }
 
     #[test]
