@@ -10,9 +10,9 @@
 //! and, when the origin fails, a stale answer within `stale-if-error` is served instead of
 //! the error. An answer that may not be stored releases the waiters to go to the origin
 //! side by side (and requests for the next `store::PASS_FOR_MS` do not wait at all).
-//! Unsafe methods are forwarded and, when they succeed, invalidate the target (and its
-//! `Location`/`Content-Location`). `PURGE` from an allowed address removes a key, or every
-//! key under a path ending in `*`.
+//! Methods that change state (not safe, RFC 9110 §9.2.1) are forwarded and, when they
+//! succeed, invalidate the target (and its `Location`/`Content-Location`). `PURGE` from an
+//! allowed address removes a key, or every key under a path ending in `*`.
 
 mod answer;
 mod refresh;
@@ -55,13 +55,13 @@ pub(crate) async fn serve(c: Cached<'_>, req: &Request<'_>) -> Outcome {
     if !matches!(method, Method::Get | Method::Head)
         || req.head.framing != ramjet_http1::BodyFraming::None
     {
-        let unsafe_method = !matches!(
+        let changes_state = !matches!(
             method,
             Method::Get | Method::Head | Method::Options | Method::Trace
         );
         let out = exchange::forward(c.shared, c.state.clone(), &ask, c.opts, false).await;
         Counts::add(&counts.bypass, 1);
-        if unsafe_method {
+        if changes_state {
             if let Outcome::Respond(r) = &out {
                 if (200..400).contains(&r.status) {
                     invalidate(&c, req, &r.headers);
@@ -286,7 +286,7 @@ fn purge(c: &Cached<'_>, req: &Request<'_>) -> Outcome {
     )
 }
 
-/// After an unsafe method succeeded: the target, and the `Location` and
+/// After a method that changes state succeeded: the target, and the `Location` and
 /// `Content-Location` of the answer on the same host, are no longer served from storage.
 fn invalidate(c: &Cached<'_>, req: &Request<'_>, answer_fields: &[u8]) {
     let mut k = Vec::new();
