@@ -34,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compare  # noqa: E402
+import procstat  # noqa: E402
 from proxy import Proc  # noqa: E402
 
 ROOT = compare.ROOT
@@ -127,14 +128,7 @@ def cache_cmd(name, conf, ramjet_bin):
                 "-p", "thread_pools=1", "-p", "thread_pool_min=100", "-p", "thread_pool_max=1000"]
     if name == "nginx":
         cfg = conf / "nginx.conf"
-        cfg.write_text(f"""worker_processes 1;
-daemon off;
-master_process off;
-worker_rlimit_nofile 20000;
-error_log {conf}/nginx-error.log;
-pid {conf}/nginx.pid;
-events {{ worker_connections 19000; multi_accept on; }}
-http {{
+        cfg.write_text(procstat.nginx_conf_head(conf) + f"""http {{
   access_log off;
   sendfile on; tcp_nopush on; tcp_nodelay on;
   keepalive_requests 10000000; keepalive_timeout 300s;

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import procstat  # same directory: the peers' shared configuration pieces
+
 ROOT = Path(__file__).resolve().parent.parent
 WORK = Path(tempfile.gettempdir()) / "ramjet-bench"
 WWW = WORK / "www"
@@ -119,14 +121,7 @@ def server_cmd(name, conf_dir, ramjet_bin, cold=False):
         return [ramjet_bin, "serve", "--config", str(cfg)]
     if name == "nginx":
         cfg = conf_dir / "nginx.conf"
-        cfg.write_text(f"""worker_processes 1;
-daemon off;
-master_process off;
-worker_rlimit_nofile 20000;
-error_log {conf_dir}/nginx-error.log;
-pid {conf_dir}/nginx.pid;
-events {{ worker_connections 19000; multi_accept on; }}
-http {{
+        cfg.write_text(procstat.nginx_conf_head(conf_dir) + f"""http {{
   access_log off;
   sendfile on; tcp_nopush on; tcp_nodelay on;
   {"aio threads;" if cold else ""}

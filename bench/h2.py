@@ -60,14 +60,7 @@ def server_cmd(name, conf, binary, cert, key):
         return [binary, "serve", "--config", str(cfg)]
     if name == "nginx":
         cfg = conf / "nginx.conf"
-        cfg.write_text(f"""worker_processes 1;
-daemon off;
-master_process off;
-worker_rlimit_nofile 20000;
-error_log {conf}/nginx-error.log;
-pid {conf}/nginx.pid;
-events {{ worker_connections 19000; multi_accept on; }}
-http {{
+        cfg.write_text(procstat.nginx_conf_head(conf) + f"""http {{
   access_log off;
   sendfile on; tcp_nopush on; tcp_nodelay on;
   open_file_cache max=10000 inactive=60s; open_file_cache_valid 60s;

@@ -130,6 +130,19 @@ def write_report(out, lines):
 APACHE_MODULES = "/usr/lib/apache2/modules"
 
 
+def nginx_conf_head(conf):
+    """The main context every benchmark gives nginx: one process in the foreground, its pid
+    and error log under `conf`, room for many connections. The `http` block follows."""
+    return f"""worker_processes 1;
+daemon off;
+master_process off;
+worker_rlimit_nofile 20000;
+error_log {conf}/nginx-error.log;
+pid {conf}/nginx.pid;
+events {{ worker_connections 19000; multi_accept on; }}
+"""
+
+
 def apache_conf_head(d, port, user):
     """What every bench Apache's configuration starts with: its root, pid file and error
     log in `d`, listening on 127.0.0.1:`port`, `user` (User/Group lines, or ""), and the

@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compare  # noqa: E402  (same directory: its wrk parsing, CPU accounting and files)
+import procstat  # noqa: E402
 
 ROOT = compare.ROOT
 WORK = Path(tempfile.gettempdir()) / "ramjet-proxy-bench"
@@ -121,14 +122,7 @@ def proxy_cmd(name, conf, ramjet_bin):
         return [ramjet_bin, "serve", "--config", str(cfg)]
     if name == "nginx":
         cfg = conf / "nginx.conf"
-        cfg.write_text(f"""worker_processes 1;
-daemon off;
-master_process off;
-worker_rlimit_nofile 20000;
-error_log {conf}/nginx-error.log;
-pid {conf}/nginx.pid;
-events {{ worker_connections 19000; multi_accept on; }}
-http {{
+        cfg.write_text(procstat.nginx_conf_head(conf) + f"""http {{
   access_log off;
   sendfile on; tcp_nopush on; tcp_nodelay on;
   open_file_cache max=10000 inactive=60s; open_file_cache_valid 60s;
