@@ -34,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import compare  # noqa: E402
+import instructions as instructions_bench  # noqa: E402
 import procstat  # noqa: E402
 from proxy import Proc  # noqa: E402
 
@@ -244,7 +245,6 @@ def instructions(ramjet_bin, path="/o/4k.bin", n1=500, n2=2500):
     """Instructions per keep-alive request (callgrind Ir of the whole process, (Ir(n2) -
     Ir(n1)) / (n2 - n1)) of ramjet's cache hit and of ramjet serving the file itself: a
     count that does not depend on what else the machine is doing."""
-    import re
     per = {}
     for name in ("ramjet", "static"):
         counts = {}
@@ -254,26 +254,15 @@ def instructions(ramjet_bin, path="/o/4k.bin", n1=500, n2=2500):
             out = conf / "cg.out"
             cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + cache_cmd(name, conf, ramjet_bin)
             p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-            deadline = time.time() + 120
-            while time.time() < deadline:
-                try:
-                    socket.create_connection(("127.0.0.1", PORTS[name]), timeout=0.5).close()
-                    break
-                except OSError:
-                    time.sleep(0.2)
+            procstat.wait_port(PORTS[name], p, within=120)
             url = f"http://127.0.0.1:{PORTS[name]}{path}"
             for count in (1, n):
                 subprocess.run([ramjet_bin, "bench", "-c", "1", "-n", str(count), url], check=True,
                                capture_output=True, timeout=600)
-            os.killpg(p.pid, 15)
-            p.wait(timeout=120)
+            instructions_bench.stop(p)
             origin.stop()
-            total = 0
-            for f in conf.glob("cg.out*"):
-                m = re.search(r"^summary:\s+(\d+)", f.read_text(errors="replace"), re.M)
-                total += int(m.group(1)) if m else 0
+            counts[n] = instructions_bench.callgrind_total(conf.glob("cg.out*"))
             shutil.rmtree(conf, ignore_errors=True)
-            counts[n] = total
         per[name] = (counts[n2] - counts[n1]) / (n2 - n1)
     return per
 
@@ -363,14 +352,8 @@ def report(results, storms, names, args, out, ir=None):
                   "(Ir at 2,500 requests - Ir at 500) / 2,000): "
                   f"4 KB cache hit {ir['ramjet']:,.0f}, the same file served as a static file {ir['static']:,.0f} "
                   f"({ir['ramjet'] / ir['static']:.3f}x)."]
-    versions = {}
-    for cmd in (["nginx", "-v"], ["varnishd", "-V"]):
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True)
-            versions[cmd[0]] = (p.stdout + p.stderr).splitlines()[0]
-        except OSError:
-            pass
-    lines += ["", "Versions: " + "; ".join(versions.values()), ""]
+    versions = procstat.tool_versions((["nginx", "-v"], ["varnishd", "-V"]))
+    lines += ["", "Versions: " + "; ".join(versions), ""]
     (out / "cache.md").write_text("\n".join(lines) + "\n")
     (out / "cache.json").write_text(json.dumps({"results": summary, "storms": storms, "instructions": ir,
                                                 "versions": versions}, indent=1))

@@ -56,8 +56,14 @@ def callgrind_ir(binary, client, www, name, n, tmp):
     load(client, name, 1)
     load(client, name, n)
     stop(p)
+    return callgrind_total(tmp.glob(f"cg.{os.getpid()}.{n}.out*"))
+
+
+def callgrind_total(files):
+    """The instructions (Ir) callgrind counted in `files` (one per thread or process),
+    added up; the files are removed."""
     total = 0
-    for f in tmp.glob(f"cg.{os.getpid()}.{n}.out*"):
+    for f in files:
         m = re.search(r"^summary:\s+(\d+)", f.read_text(errors="replace"), re.M)
         if m:
             total += int(m.group(1))
