@@ -210,20 +210,8 @@ impl Resolver<'_> {
             return Ok(None);
         }
         let Some(zone) = zones.iter().position(|z| z.name == *name.get_ref()) else {
-            let known: Vec<&str> = zones.iter().map(|z| z.name.as_str()).collect();
-            return Err(self.err(
-                Some(name.span()),
-                &format!("{key}.cache"),
-                format!(
-                    "no [cache.{}] (defined: {})",
-                    name.get_ref(),
-                    if known.is_empty() {
-                        "none".to_string()
-                    } else {
-                        known.join(", ")
-                    }
-                ),
-            ));
+            let known = zones.iter().map(|z| z.name.as_str());
+            return Err(self.undefined(name, &format!("{key}.cache"), "cache", known));
         };
         let mut parts = Vec::new();
         match l.cache_key.as_ref().or(d.cache_key.as_ref()) {

@@ -332,6 +332,27 @@ impl<'a> Resolver<'a> {
         }
     }
 
+    /// A location names a `[table.NAME]` that is not there: the error lists those that are.
+    pub(crate) fn undefined<'n>(
+        &self,
+        name: &toml::Spanned<String>,
+        key: &str,
+        table: &str,
+        known: impl Iterator<Item = &'n str>,
+    ) -> ConfigError {
+        let known: Vec<&str> = known.collect();
+        let defined = if known.is_empty() {
+            "none".to_string()
+        } else {
+            known.join(", ")
+        };
+        self.err(
+            Some(name.span()),
+            key,
+            format!("no [{table}.{}] (defined: {defined})", name.get_ref()),
+        )
+    }
+
     /// Note an error and go on checking the rest of the file (`None` in its place).
     pub(crate) fn keep<T>(&self, r: Result<T, ConfigError>) -> Option<T> {
         match r {

@@ -294,20 +294,8 @@ impl Resolver<'_> {
             });
         }
         let Some(upstream) = upstreams.iter().position(|u| u.name == *name.get_ref()) else {
-            let known: Vec<&str> = upstreams.iter().map(|u| u.name.as_str()).collect();
-            return Err(self.err(
-                Some(name.span()),
-                &format!("{key}.proxy"),
-                format!(
-                    "no [upstream.{}] (defined: {})",
-                    name.get_ref(),
-                    if known.is_empty() {
-                        "none".to_string()
-                    } else {
-                        known.join(", ")
-                    }
-                ),
-            ));
+            let known = upstreams.iter().map(|u| u.name.as_str());
+            return Err(self.undefined(name, &format!("{key}.proxy"), "upstream", known));
         };
         let path = l.proxy_path.as_ref().or(d.proxy_path.as_ref());
         if let Some(p) = path {
