@@ -40,6 +40,24 @@ fn get(s: &Server, path: &str, extra: &str) -> ramjet_testkit::Response {
     c.response(false)
 }
 
+/// `n` clients, all connected first, ask for `path` at once: their responses.
+fn at_once(s: &Server, n: usize, path: &str) -> Vec<ramjet_testkit::Response> {
+    let (addr, go) = (s.addr, Arc::new(std::sync::Barrier::new(n)));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let (go, request) = (go.clone(), request.clone());
+            std::thread::spawn(move || {
+                let mut c = ramjet_testkit::Client::connect(addr);
+                go.wait();
+                c.send(request.as_bytes());
+                c.response(false)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
 /// 500 concurrent requests for a cold object make exactly one origin request, and every
 /// client gets the whole object.
 #[test]
@@ -61,25 +79,11 @@ fn a_storm_for_a_cold_object_makes_one_origin_request() {
         Flow::Keep
     });
     let s = cached(&origin.addr.to_string(), "memory = \"16m\"", "");
-    let addr = s.addr;
-    let ok = Arc::new(AtomicUsize::new(0));
-    let threads: Vec<_> = (0..500)
-        .map(|_| {
-            let (ok, body) = (ok.clone(), body.clone());
-            std::thread::spawn(move || {
-                let mut c = ramjet_testkit::Client::connect(addr);
-                c.send(b"GET /obj HTTP/1.1\r\nHost: x\r\n\r\n");
-                let r = c.response(false);
-                if r.status == 200 && r.body == *body {
-                    ok.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
-    assert_eq!(ok.load(Ordering::Relaxed), 500);
+    let ok = at_once(&s, 500, "/obj")
+        .iter()
+        .filter(|r| r.status == 200 && r.body == *body)
+        .count();
+    assert_eq!(ok, 500);
     assert_eq!(origin.requests(), 1, "one origin fetch for the storm");
     let r = get(&s, "/obj", "");
     assert!(
@@ -416,21 +420,8 @@ fn waiters_of_a_no_cache_answer_do_not_revalidate_one_by_one() {
         Flow::Keep
     });
     let s = cached(&origin.addr.to_string(), "", "");
-    let addr = s.addr;
-    let go = Arc::new(std::sync::Barrier::new(100));
-    let threads: Vec<_> = (0..100)
-        .map(|_| {
-            let go = go.clone();
-            std::thread::spawn(move || {
-                let mut c = ramjet_testkit::Client::connect(addr);
-                go.wait();
-                c.send(b"GET /nc HTTP/1.1\r\nHost: x\r\n\r\n");
-                c.response(false).body
-            })
-        })
-        .collect();
-    for t in threads {
-        assert_eq!(t.join().unwrap(), b"nc");
+    for r in at_once(&s, 100, "/nc") {
+        assert_eq!(r.body, b"nc");
     }
     // One fetch for the storm (a straggler that arrived after it revalidates once more).
     assert!(
@@ -469,21 +460,8 @@ fn waiters_of_a_failed_revalidation_take_the_stale_answer() {
             .is_some_and(|c| c.contains("stale-if-error"))
     }));
     let before = origin.requests();
-    let addr = s.addr;
-    let go = Arc::new(std::sync::Barrier::new(50));
-    let threads: Vec<_> = (0..50)
-        .map(|_| {
-            let go = go.clone();
-            std::thread::spawn(move || {
-                let mut c = ramjet_testkit::Client::connect(addr);
-                go.wait();
-                c.send(b"GET /s HTTP/1.1\r\nHost: x\r\n\r\n");
-                c.response(false).body
-            })
-        })
-        .collect();
-    for t in threads {
-        assert_eq!(t.join().unwrap(), b"kept");
+    for r in at_once(&s, 50, "/s") {
+        assert_eq!(r.body, b"kept");
     }
     // One revalidation for the 50 (a straggler may make one more).
     assert!(
