@@ -74,32 +74,31 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// What `pick` takes from the states built for `config` (built on its first use; the
+    /// previous configuration's stay for the requests that started under it).
+    fn built<T>(&self, config: &Resolved, pick: impl Fn(&Built) -> Option<T>) -> Option<T> {
+        let id = config as *const Resolved as usize;
+        if self.current.borrow().config != id {
+            if self.previous.borrow().config == id {
+                return pick(&self.previous.borrow());
+            }
+            self.rebuild(config);
+        }
+        pick(&self.current.borrow())
+    }
+
     /// Cache `index` of `config`.
     pub(crate) fn cache(
         &self,
         config: &Resolved,
         index: usize,
     ) -> Option<std::sync::Arc<ramjet_cache::Store>> {
-        let id = config as *const Resolved as usize;
-        if self.current.borrow().config != id {
-            if self.previous.borrow().config == id {
-                return self.previous.borrow().caches.get(index).cloned();
-            }
-            self.rebuild(config);
-        }
-        self.current.borrow().caches.get(index).cloned()
+        self.built(config, |b| b.caches.get(index).cloned())
     }
 
-    /// The state of upstream `index` of `config`, built on first use of a configuration.
+    /// The state of upstream `index` of `config`.
     pub(crate) fn upstream(&self, config: &Resolved, index: usize) -> Option<Rc<UpstreamState>> {
-        let id = config as *const Resolved as usize;
-        if self.current.borrow().config != id {
-            if self.previous.borrow().config == id {
-                return self.previous.borrow().upstreams.get(index).cloned();
-            }
-            self.rebuild(config);
-        }
-        self.current.borrow().upstreams.get(index).cloned()
+        self.built(config, |b| b.upstreams.get(index).cloned())
     }
 
     /// A new configuration: pools, health and balancing start afresh (as nginx's do).
