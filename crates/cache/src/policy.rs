@@ -202,16 +202,12 @@ pub fn storable(
         s.unwrap_or(0) * 1000
     } else if let Some(m) = cc.max_age {
         m.unwrap_or(0) * 1000
-    } else if let Some(e) = expires {
+    } else if expires.is_some() {
         // An invalid date (such as "0") is in the past (§5.3); so is a second, different one.
         let mut all = values(answer.fields, b"expires").map(http_date);
-        let first = all.next().flatten();
-        match first {
+        match all.next().flatten() {
             Some(at) if all.all(|o| o == Some(at)) => (at * 1000).saturating_sub(date_or_now),
-            _ => {
-                let _ = e;
-                0
-            }
+            _ => 0,
         }
     } else if let Some(lm) = value(answer.fields, b"last-modified").and_then(http_date) {
         // §4.2.2: a fraction of the time since the last change.

@@ -170,13 +170,14 @@ pub fn parse(buf: &[u8], to_head: bool, upgrade: bool) -> Parsed {
     let mut date = None;
     for f in resp.headers.iter() {
         let name = f.name.as_bytes();
-        if f.value.len() <= 40 && name.eq_ignore_ascii_case(b"date") {
-            let mut d = [0u8; 40];
-            d[..f.value.len()].copy_from_slice(f.value);
-            date = Some((d, f.value.len() as u8));
-        }
         let pass_upgrade = status == 101 && name.eq_ignore_ascii_case(b"upgrade");
         if !pass_upgrade && (dropped(name) || listed.iter().any(|t| name.eq_ignore_ascii_case(t))) {
+            // Date is one of the dropped fields: looked for among them only.
+            if f.value.len() <= 40 && name.eq_ignore_ascii_case(b"date") {
+                let mut d = [0u8; 40];
+                d[..f.value.len()].copy_from_slice(f.value);
+                date = Some((d, f.value.len() as u8));
+            }
             continue;
         }
         out.extend_from_slice(name);

@@ -77,6 +77,8 @@ fn apache_files_through_the_cache_with_aria2c_wget_and_curl() {
     let (served_before, fetched_before) = (served(&s), fetched(&s));
     let aria = Command::new("aria2c")
         .args(["-q", "-x4", "-s4", "-k", "1M", "--allow-overwrite=true"])
+        // Held to 10 MB/s, the first connection cannot finish before aria2c splits the file.
+        .arg("--max-download-limit=10M")
         .args(["-d", d, "-o", "aria.bin"])
         .arg(s.url("/big.bin"))
         .status()
