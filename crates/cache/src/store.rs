@@ -625,6 +625,7 @@ mod tests {
             disk_size: 0,
             memory_object_max: 1 << 20,
             max_object: 1 << 20,
+            identity: "ramjet".into(),
         }
     }
 

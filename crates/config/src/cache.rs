@@ -33,6 +33,8 @@ pub struct RawCache {
     pub memory_object_max: Option<Size>,
     /// Largest object stored at all (default: an eighth of the largest tier).
     pub max_object: Option<Size>,
+    /// The cache's name in `Cache-Status` (default `ramjet`): each node of a fleet its own.
+    pub identity: Option<Spanned<String>>,
 }
 
 /// A resolved `[cache.NAME]`.
@@ -44,6 +46,8 @@ pub struct CacheZone {
     pub disk_size: u64,
     pub memory_object_max: u64,
     pub max_object: u64,
+    /// Its name in `Cache-Status` (an RFC 8941 token).
+    pub identity: String,
 }
 
 /// What a cache key is made of (`cache_key`).
@@ -63,11 +67,16 @@ pub enum KeyPart {
     Cookie(String),
 }
 
+/// The identifier `Cache-Status` names a cache by when its table gives none.
+pub const DEFAULT_CACHE_IDENTITY: &str = "ramjet";
+
 /// A location's cache options, resolved.
 #[derive(Debug, Clone)]
 pub struct CacheRule {
     /// Index into `Resolved::caches`.
     pub zone: usize,
+    /// The zone's `identity`, as `Cache-Status` names it.
+    pub identity: Arc<str>,
     /// `cache_ttl`: every storable answer is fresh this long, whatever the origin said
     /// about freshness (`no-store`, `private` and `Authorization` still hold).
     pub ttl: Option<Duration>,
@@ -87,6 +96,15 @@ impl CacheRule {
         };
         self.purge.iter().any(|c| c.contains(ip))
     }
+}
+
+/// An RFC 8941 token (what RFC 9211 names a cache by), at most 64 bytes.
+fn is_token(s: &str) -> bool {
+    let b = s.as_bytes();
+    matches!(b.first(), Some(c) if c.is_ascii_alphabetic() || *c == b'*')
+        && b.len() <= 64
+        && b.iter()
+            .all(|&c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~:/".contains(&c))
 }
 
 fn parse_key(part: &str) -> Result<KeyPart, String> {
@@ -178,6 +196,22 @@ impl Resolver<'_> {
                 .max_object
                 .map_or(memory.max(disk_size) / 8, |s| s.0)
                 .max(1);
+            let identity = match &c.identity {
+                None => DEFAULT_CACHE_IDENTITY.to_string(),
+                Some(i) if is_token(i.get_ref()) => i.get_ref().clone(),
+                Some(i) => {
+                    ok = false;
+                    self.keep::<()>(Err(self.err(
+                        Some(i.span()),
+                        &key("identity"),
+                        format!(
+                            "{:?} is not a token: a letter or `*` first, then letters, digits and ! # $ % & ' * + - . ^ _ ` | ~ : / (at most 64)",
+                            i.get_ref()
+                        ),
+                    )));
+                    String::new()
+                }
+            };
             if ok {
                 zones.push(CacheZone {
                     name: name.clone(),
@@ -186,6 +220,7 @@ impl Resolver<'_> {
                     disk_size,
                     memory_object_max,
                     max_object,
+                    identity,
                 });
             } else {
                 failed.push(name.clone());
@@ -248,6 +283,7 @@ impl Resolver<'_> {
         }
         Ok(Some(Arc::new(CacheRule {
             zone,
+            identity: zones[zone].identity.as_str().into(),
             ttl: l.cache_ttl.or(d.cache_ttl).map(|s: Seconds| s.0),
             ignore_set_cookie: l
                 .cache_ignore_set_cookie

@@ -20,6 +20,8 @@ pub enum Handler {
     Metrics,
     /// The status page (HTML, or JSON with `?json`).
     Status,
+    /// `200 ok`, or `503 draining` once a graceful stop has begun (a balancer's check).
+    Health,
     /// Hand the client's connection itself to the backend process at the location's
     /// `handoff` socket (`docs/HANDOFF.md`).
     Handoff,
@@ -38,6 +40,7 @@ impl Handler {
             Handler::Redirect => "redirect",
             Handler::Metrics => "metrics",
             Handler::Status => "status",
+            Handler::Health => "health",
             Handler::Handoff => "handoff",
             Handler::Module => "module",
             Handler::Cgi => "cgi",

@@ -131,6 +131,7 @@ impl Resolved {
             ("keepalive", t.keepalive),
             ("send", t.send),
             ("shutdown", t.shutdown),
+            ("drain", t.drain),
             ("handoff", t.handoff),
             ("cgi", t.cgi),
         ] {
@@ -205,6 +206,22 @@ impl Resolved {
                 "max_response_head = {}",
                 size(u.max_response_head as u64)
             );
+            if let Some(n) = u.max_conns {
+                let _ = writeln!(o, "max_conns = {n}");
+            }
+            let _ = writeln!(o, "queue_timeout = {}", duration(u.queue_timeout));
+        }
+
+        for c in &self.caches {
+            let _ = writeln!(o, "\n[cache.{}]", key(&c.name));
+            let _ = writeln!(o, "memory = {}", size(c.memory));
+            if let Some(d) = &c.disk {
+                let _ = writeln!(o, "disk = {}", text(&d.display().to_string()));
+                let _ = writeln!(o, "disk_size = {}", size(c.disk_size));
+            }
+            let _ = writeln!(o, "memory_object_max = {}", size(c.memory_object_max));
+            let _ = writeln!(o, "max_object = {}", size(c.max_object));
+            let _ = writeln!(o, "identity = {}", text(&c.identity));
         }
 
         if let Some(a) = &self.acme {

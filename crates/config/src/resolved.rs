@@ -81,6 +81,9 @@ pub struct Timeouts {
     pub keepalive: Duration,
     pub send: Duration,
     pub shutdown: Duration,
+    /// On TERM/INT, how long the server goes on serving (and accepting) with the `health`
+    /// handler answering 503, so a balancer moves traffic off first; 0 stops at once.
+    pub drain: Duration,
     /// How long a handed-off connection waits for a backend whose queue is full.
     pub handoff: Duration,
     /// How long a CGI program may stay silent.

@@ -29,6 +29,8 @@ pub struct RawTimeouts {
     pub send: Option<Seconds>,
     /// On TERM/INT, in-flight responses get this long to finish.
     pub shutdown: Option<Seconds>,
+    /// On TERM/INT, serve on this long first with the `health` handler answering 503.
+    pub drain: Option<Seconds>,
     /// A connection waits this long for a hand-off backend whose queue is full.
     pub handoff: Option<Seconds>,
     /// A CGI program silent this long (no header yet: 504; in its body: cut) is killed.
@@ -42,6 +44,7 @@ pub(crate) fn resolve(t: RawTimeouts) -> Timeouts {
         keepalive: t.keepalive.map_or(DEFAULT_KEEPALIVE_TIMEOUT, |s| s.0),
         send: t.send.map_or(DEFAULT_SEND_TIMEOUT, |s| s.0),
         shutdown: t.shutdown.map_or(DEFAULT_SHUTDOWN_TIMEOUT, |s| s.0),
+        drain: t.drain.map_or(Duration::ZERO, |s| s.0),
         handoff: t.handoff.map_or(DEFAULT_HANDOFF_TIMEOUT, |s| s.0),
         cgi: t.cgi.map_or(DEFAULT_CGI_TIMEOUT, |s| s.0),
     }

@@ -34,6 +34,8 @@ pub const DEFAULT_FAIL_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_HEALTH_INTERVAL: Duration = Duration::from_secs(5);
 /// Servers per upstream (the proxy tracks the ones a request tried in a 128-bit set).
 pub const MAX_SERVERS: usize = 128;
+/// A request over `max_conns` waits this long for its turn (nginx's `queue` timeout).
+pub const DEFAULT_QUEUE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest upstream response head (nginx proxy_buffer_size is 4k/8k; apps set big cookies).
 pub const DEFAULT_MAX_RESPONSE_HEAD: usize = 64 << 10;
 
@@ -59,6 +61,10 @@ pub struct RawUpstream {
     /// Retry POST, PATCH and extension methods too (off: their effects may have happened).
     pub retry_non_idempotent: Option<bool>,
     pub max_response_head: Option<Size>,
+    /// Connections in use to each server, all workers together; more requests wait.
+    pub max_conns: Option<u32>,
+    /// How long a request waits for one of `max_conns` before its client gets 504.
+    pub queue_timeout: Option<Seconds>,
 }
 
 /// An upstream server: an address, or a table with a weight (unknown keys refused by
@@ -151,6 +157,11 @@ pub struct Upstream {
     pub tries: u32,
     pub retry_non_idempotent: bool,
     pub max_response_head: usize,
+    /// Requests in progress to each server, all of the process's workers together (nginx
+    /// `max_conns`, HAProxy `maxconn`); `None`: no limit.
+    pub max_conns: Option<u32>,
+    /// How long a request over `max_conns` waits (HAProxy `timeout queue`).
+    pub queue_timeout: Duration,
 }
 
 /// A location's proxy options, resolved.
@@ -247,6 +258,9 @@ pub(crate) fn resolve(name: &str, raw: &RawUpstream) -> Result<Upstream, Vec<(St
             "must be at least 1k".into(),
         )]);
     }
+    if raw.max_conns == Some(0) {
+        return Err(vec![(key("max_conns"), "must be at least 1".into())]);
+    }
     let secs = |v: Option<Seconds>, d| v.map_or(d, |s| s.0);
     Ok(Upstream {
         name: name.to_string(),
@@ -264,6 +278,8 @@ pub(crate) fn resolve(name: &str, raw: &RawUpstream) -> Result<Upstream, Vec<(St
         tries,
         retry_non_idempotent: raw.retry_non_idempotent.unwrap_or(false),
         max_response_head,
+        max_conns: raw.max_conns,
+        queue_timeout: secs(raw.queue_timeout, DEFAULT_QUEUE_TIMEOUT),
     })
 }
 

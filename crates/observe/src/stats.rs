@@ -277,6 +277,9 @@ pub struct Registry {
     upstreams: Mutex<Vec<(String, String)>>,
     /// One a second, the last `HISTORY`: recent rates and the status page's plot.
     samples: Mutex<std::collections::VecDeque<Sample>>,
+    /// A graceful stop has begun and `timeouts.drain` runs: the `health` handler answers
+    /// 503 so a balancer moves traffic off before the listeners close.
+    draining: std::sync::atomic::AtomicBool,
 }
 
 /// The totals at one moment (`Registry::sample`).
@@ -304,10 +307,21 @@ pub fn registry() -> &'static Registry {
         locations: Mutex::new(vec![(String::new(), String::new())]),
         upstreams: Mutex::new(Vec::new()),
         samples: Mutex::new(std::collections::VecDeque::new()),
+        draining: std::sync::atomic::AtomicBool::new(false),
     })
 }
 
 impl Registry {
+    /// The graceful stop has begun (see `draining`).
+    pub fn begin_draining(&self) {
+        self.draining.store(true, Relaxed);
+    }
+
+    /// Whether the process is draining before it stops.
+    pub fn draining(&self) -> bool {
+        self.draining.load(Relaxed)
+    }
+
     /// Every worker's counters, by worker index.
     pub fn workers(&self) -> Vec<&'static WorkerStats> {
         let mut w = lock(&self.workers).clone();

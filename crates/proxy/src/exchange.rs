@@ -151,7 +151,7 @@ pub(crate) async fn forward(
     };
     loop {
         let tried_so_far = &order[..attempts.min(order.len())];
-        let now = if attempts == 0 {
+        let mut now = if attempts == 0 {
             started
         } else {
             Instant::now()
@@ -186,7 +186,35 @@ pub(crate) async fn forward(
         }
         attempts += 1;
         let order_now = &order[..attempts.min(order.len())];
-        let flight = InFlight::new(&state, server);
+        let permit = match &state.limits[server] {
+            None => None,
+            Some(limit) => match limit.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    let waited =
+                        tokio::time::timeout(u.queue_timeout, limit.clone().acquire_owned()).await;
+                    match waited {
+                        Ok(Ok(p)) => {
+                            // The exchange's timeouts count from its turn.
+                            now = Instant::now();
+                            Some(p)
+                        }
+                        _ => {
+                            let why = format!(
+                                "{addr}: {} requests in progress (max_conns) for {:?}",
+                                u.max_conns.unwrap_or(0),
+                                u.queue_timeout
+                            );
+                            return fail(
+                                Failure::new(Side::Upstream, FailKind::Timeout, why),
+                                order_now,
+                            );
+                        }
+                    }
+                }
+            },
+        };
+        let flight = InFlight::new(&state, server, permit);
         let pooled = if fresh_only {
             None
         } else {

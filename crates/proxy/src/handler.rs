@@ -31,6 +31,8 @@ pub(crate) struct UpstreamState {
     pub(crate) labels: Box<[String]>,
     pub(crate) servers: RefCell<Vec<ServerState>>,
     pub(crate) balancer: RefCell<Balancer>,
+    /// Each server's `max_conns` count, shared by the workers (`None`: no limit).
+    pub(crate) limits: Vec<Option<std::sync::Arc<tokio::sync::Semaphore>>>,
     last_check: Cell<Option<Instant>>,
 }
 
@@ -41,6 +43,7 @@ impl UpstreamState {
             labels: u.servers.iter().map(|s| s.addr.to_string()).collect(),
             servers: RefCell::new(u.servers.iter().map(|_| ServerState::default()).collect()),
             balancer: RefCell::new(Balancer::new(u)),
+            limits: crate::origin_limit::of(u),
             last_check: Cell::new(None),
         }
     }
@@ -117,14 +120,20 @@ impl Shared {
     }
 }
 
-/// Counts a request in flight on a server for as long as it lives (least-connections).
+/// Counts a request in flight on a server for as long as it lives (least-connections),
+/// and holds its place under the server's `max_conns`.
 pub(crate) struct InFlight {
     pub(crate) state: Rc<UpstreamState>,
     pub(crate) server: usize,
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl InFlight {
-    pub(crate) fn new(state: &Rc<UpstreamState>, server: usize) -> InFlight {
+    pub(crate) fn new(
+        state: &Rc<UpstreamState>,
+        server: usize,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> InFlight {
         if let Some(s) = state.servers.borrow_mut().get_mut(server) {
             s.in_flight += 1;
         }
@@ -134,6 +143,7 @@ impl InFlight {
         InFlight {
             state: state.clone(),
             server,
+            _permit: permit,
         }
     }
 }

@@ -7,7 +7,7 @@
 //! built by [`forward`] and the request body, reads the response head ([`response_head`]:
 //! framing checked, hop-by-hop fields removed), and answers with a body that streams from
 //! the upstream connection as the client takes it ([`body`]); the connection goes back to
-//! the pool at the body's end. [`exchange`] holds the attempt loop: retries, timeouts and
+//! the pool at the body's end; [`origin_limit`] holds `max_conns`, counted across workers. [`exchange`] holds the attempt loop: retries, timeouts and
 //! the failures the pipeline maps to 502/504.
 #![forbid(unsafe_code)]
 
@@ -18,6 +18,7 @@ mod exchange;
 mod forward;
 mod handler;
 mod health;
+mod origin_limit;
 mod pool;
 pub mod response_head;
 mod trailers;

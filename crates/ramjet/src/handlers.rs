@@ -14,7 +14,7 @@ use ramjet_pipeline::{Content, Later, Outcome, Request};
 use ramjet_proxy::Proxy;
 use ramjet_redirect::Redirect;
 use ramjet_static_files::StaticFiles;
-use ramjet_status::{Metrics, Status};
+use ramjet_status::{Health, Metrics, Status};
 
 /// One worker's handlers.
 pub struct Handlers {
@@ -23,6 +23,7 @@ pub struct Handlers {
     redirect: Redirect,
     metrics: Metrics,
     status: Status,
+    health: Health,
     modules: Modules,
     cgi: Cgi,
 }
@@ -35,6 +36,7 @@ impl Handlers {
             redirect: Redirect::new(),
             metrics: Metrics,
             status: Status,
+            health: Health,
             modules: Modules::new(),
             cgi: Cgi::new(),
         }
@@ -48,6 +50,7 @@ impl Handlers {
             Handler::Redirect => self.redirect.produce(req),
             Handler::Metrics => self.metrics.produce(req),
             Handler::Status => self.status.produce(req),
+            Handler::Health => self.health.produce(req),
             Handler::Module => self.modules.produce(req),
             Handler::Cgi => self.cgi.produce(req),
             Handler::Handoff => Ok(Outcome::Respond(ramjet_pipeline::Response::handoff(

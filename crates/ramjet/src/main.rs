@@ -359,6 +359,26 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("upgrade: every connection handed over or finished; exiting");
         return Ok(());
     }
+    let drain = current.config.timeouts.drain;
+    if !drain.is_zero() {
+        // A balancer's health check sees 503 and moves traffic off while this process
+        // still serves what arrives; a second TERM/INT ends the wait.
+        ramjet_observe::stats::registry().begin_draining();
+        tracing::info!("draining: the health check answers 503 for {drain:?}, then stopping");
+        signal_rt.block_on(async {
+            let end = tokio::time::sleep(drain);
+            tokio::pin!(end);
+            loop {
+                tokio::select! {
+                    _ = &mut end => break,
+                    s = signals.next() => match s {
+                        Signal::Stop => break,
+                        other => tracing::info!("draining: {other:?} ignored"),
+                    },
+                }
+            }
+        });
+    }
     tracing::info!("stopping: finishing in-flight responses (up to {grace:?})");
     let stuck = server.stop(grace);
     if stuck > 0 {

@@ -3,6 +3,7 @@
 //! with a page like Apache's server-status and lighttpd's mod_status (HTML, or JSON for
 //! `?json` or `Accept: application/json`). Both read [`ramjet_observe::stats`]: every
 //! worker's counters, added up at the request, so requests themselves take no lock.
+//! The `health` handler says whether the server takes traffic (503 while it drains).
 //! Mount them on a location protected with `allow`/`deny` or `auth_basic`.
 #![forbid(unsafe_code)]
 
@@ -23,6 +24,12 @@ pub struct Metrics;
 /// The `status` handler.
 #[derive(Debug, Default)]
 pub struct Status;
+
+/// The `health` handler: `200 ok` while the server takes traffic, `503 draining` once a
+/// graceful stop has begun (during `timeouts.drain`), for a balancer's health check
+/// (HAProxy `option httpchk`, nginx `health_check`, ramjet's own `health_check`).
+#[derive(Debug, Default)]
+pub struct Health;
 
 /// GET and HEAD only (405 with `Allow` otherwise).
 fn readable(req: &Request<'_>) -> Option<Outcome> {
@@ -50,6 +57,25 @@ impl Content for Metrics {
         Ok(answer(
             "text/plain; version=0.0.4; charset=utf-8",
             text.into_bytes(),
+        ))
+    }
+}
+
+impl Content for Health {
+    fn produce<'r>(&'r self, req: &'r Request<'r>) -> Result<Outcome, Later<'r>> {
+        if let Some(refused) = readable(req) {
+            return Ok(refused);
+        }
+        let response = if ramjet_observe::stats::registry().draining() {
+            Response::new(503, Body::Bytes(Bytes::from_static(b"draining\n")))
+                .header("Retry-After", b"1")
+        } else {
+            Response::new(200, Body::Bytes(Bytes::from_static(b"ok\n")))
+        };
+        Ok(Outcome::Respond(
+            response
+                .header("Content-Type", b"text/plain; charset=utf-8")
+                .header("Cache-Control", b"no-store"),
         ))
     }
 }

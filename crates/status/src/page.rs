@@ -152,13 +152,18 @@ pub(crate) fn html(s: &Snapshot, refresh: Option<u32>) -> String {
          <style>body{{font-family:sans-serif}}td,th{{padding:2px 10px;text-align:right}}\
          td:first-child,th:first-child{{text-align:left}}\
          figure.chart{{display:inline-block;margin:0 16px 8px 0}}figcaption{{font-size:90%}}</style></head><body>\n\
-         <h1>ramjet {} status</h1>\n<p>Started {started}; up {}.{}</p>\n",
+         <h1>ramjet {} status</h1>\n<p>Started {started}; up {}.{}{}</p>\n",
         refresh.map_or(String::new(), |n| format!(
             "<meta http-equiv=\"refresh\" content=\"{n}\">"
         )),
         s.version,
         uptime(s.uptime),
-        refresh.map_or(String::new(), |n| format!(" Refreshed every {n} s."))
+        refresh.map_or(String::new(), |n| format!(" Refreshed every {n} s.")),
+        if s.draining {
+            " <strong>Draining</strong>: stopping; the health check answers 503."
+        } else {
+            ""
+        }
     );
     o.push_str(&charts(s));
     let _ = write!(

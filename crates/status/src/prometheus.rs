@@ -47,6 +47,13 @@ pub(crate) fn render(s: &Snapshot) -> String {
         "Seconds since the server started.",
     );
     let _ = writeln!(o, "ramjet_uptime_seconds {:.3}", s.uptime);
+    family(
+        &mut o,
+        "ramjet_draining",
+        "gauge",
+        "1 once a graceful stop has begun (the health handler answers 503).",
+    );
+    let _ = writeln!(o, "ramjet_draining {}", u8::from(s.draining));
 
     family(
         &mut o,

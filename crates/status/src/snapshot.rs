@@ -82,6 +82,8 @@ pub struct Snapshot {
     pub uptime: f64,
     /// Seconds since the Unix epoch.
     pub started: u64,
+    /// A graceful stop has begun: the `health` handler answers 503 (`timeouts.drain`).
+    pub draining: bool,
     pub requests: u64,
     pub body_bytes: u64,
     /// Requests and body bytes per second over the last seconds (up to 10), and over how
@@ -292,6 +294,7 @@ impl Snapshot {
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .unwrap_or(Duration::ZERO)
                 .as_secs(),
+            draining: reg.draining(),
             requests,
             body_bytes,
             recent: reg.recent_rates().map(|(r, b, secs)| Recent {

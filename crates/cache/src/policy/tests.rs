@@ -4,6 +4,7 @@ use std::time::Duration;
 fn rule(ttl: Option<u64>) -> CacheRule {
     CacheRule {
         zone: 0,
+        identity: "ramjet".into(),
         ttl: ttl.map(Duration::from_secs),
         ignore_set_cookie: false,
         key: Vec::new(),

@@ -13,7 +13,13 @@ use ramjet_pipeline::filters::{self, Representation};
 use ramjet_pipeline::{error_response, Body, Outcome, Response};
 
 /// Serve a stored object: the filters for a complete 200, its own status otherwise.
-pub(crate) fn answer(o: &Object, head: &RequestHead<'_>, now: u64, status: &str) -> Response {
+pub(crate) fn answer(
+    o: &Object,
+    head: &RequestHead<'_>,
+    now: u64,
+    cache: &str,
+    status: &str,
+) -> Response {
     let mut r = if o.meta.status != 200 {
         let mut r = Response::new(o.meta.status, Hit(o).body());
         r.shared_headers = o.meta.fields.clone();
@@ -35,7 +41,7 @@ pub(crate) fn answer(o: &Object, head: &RequestHead<'_>, now: u64, status: &str)
             .as_bytes(),
     );
     r.headers.extend_from_slice(b"\r\n");
-    cache_status(&mut r, status);
+    cache_status(&mut r, cache, status);
     r
 }
 
@@ -73,17 +79,19 @@ fn filling(o: &Object, fill: &Arc<Fill>, head: &RequestHead<'_>) -> Response {
     r
 }
 
-pub(crate) fn with_status(mut out: Outcome, status: &str) -> Outcome {
+pub(crate) fn with_status(mut out: Outcome, cache: &str, status: &str) -> Outcome {
     if let Outcome::Respond(r) = &mut out {
-        cache_status(r, status);
+        cache_status(r, cache, status);
     }
     out
 }
 
-/// `Cache-Status` (RFC 9211) on the response, and the access log's word for it (nginx's
-/// `$upstream_cache_status`).
-pub(crate) fn cache_status(r: &mut Response, status: &str) {
-    r.headers.extend_from_slice(b"Cache-Status: ramjet; ");
+/// `Cache-Status` (RFC 9211) on the response, with the cache's identifier (`[cache.NAME]
+/// identity`), and the access log's word for it (nginx's `$upstream_cache_status`).
+pub(crate) fn cache_status(r: &mut Response, cache: &str, status: &str) {
+    r.headers.extend_from_slice(b"Cache-Status: ");
+    r.headers.extend_from_slice(cache.as_bytes());
+    r.headers.extend_from_slice(b"; ");
     r.headers.extend_from_slice(status.as_bytes());
     r.headers.extend_from_slice(b"\r\n");
     let word = if status.contains("stale-if-error") || status.contains("stale-while") {

@@ -68,7 +68,7 @@ pub(crate) async fn serve(c: Cached<'_>, req: &Request<'_>) -> Outcome {
                 }
             }
         }
-        return with_status(out, "fwd=bypass");
+        return with_status(out, &c.rule.identity, "fwd=bypass");
     }
     let asked = Asked::from_head(req.head);
     let mut k = Vec::with_capacity(64);
@@ -95,7 +95,13 @@ pub(crate) async fn serve(c: Cached<'_>, req: &Request<'_>) -> Outcome {
             Lookup::Found(o) if collapsed && o.meta.freshness.response_time_ms >= arrived => {
                 Counts::add(&counts.hits, 1);
                 Counts::add(&counts.hit_bytes, o.meta.length);
-                return Outcome::Respond(answer(&o, req.head, now, "hit; collapsed"));
+                return Outcome::Respond(answer(
+                    &o,
+                    req.head,
+                    now,
+                    &c.rule.identity,
+                    "hit; collapsed",
+                ));
             }
             // A waiter whose fetch failed (the answer is unchanged) takes the stale answer
             // within stale-if-error rather than trying the origin again after the others.
@@ -106,14 +112,14 @@ pub(crate) async fn serve(c: Cached<'_>, req: &Request<'_>) -> Outcome {
             {
                 Counts::add(&counts.stale, 1);
                 let status = "hit; fwd=stale; detail=stale-if-error";
-                return Outcome::Respond(answer(&o, req.head, now, status));
+                return Outcome::Respond(answer(&o, req.head, now, &c.rule.identity, status));
             }
             Lookup::Found(o) => match policy::usable(&o.meta.freshness, &asked, now) {
                 Use::Fresh => {
                     Counts::add(&counts.hits, 1);
                     Counts::add(&counts.hit_bytes, o.meta.length);
                     let status = if collapsed { "hit; collapsed" } else { "hit" };
-                    return Outcome::Respond(answer(&o, req.head, now, status));
+                    return Outcome::Respond(answer(&o, req.head, now, &c.rule.identity, status));
                 }
                 Use::StaleRevalidate => {
                     if let Lookup::Lead(lead) = c.store.begin(&k, now) {
@@ -121,9 +127,11 @@ pub(crate) async fn serve(c: Cached<'_>, req: &Request<'_>) -> Outcome {
                     }
                     Counts::add(&counts.stale, 1);
                     let status = "hit; fwd=stale; detail=stale-while-revalidate";
-                    return Outcome::Respond(answer(&o, req.head, now, status));
+                    return Outcome::Respond(answer(&o, req.head, now, &c.rule.identity, status));
                 }
-                Use::Revalidate if asked.directives.only_if_cached => return only_if_cached(),
+                Use::Revalidate if asked.directives.only_if_cached => {
+                    return only_if_cached(&c.rule.identity)
+                }
                 Use::Revalidate if method == Method::Head => return pass(&c, &ask).await,
                 Use::Revalidate => match c.store.begin(&k, now) {
                     Lookup::Lead(lead) => {
@@ -138,7 +146,7 @@ pub(crate) async fn serve(c: Cached<'_>, req: &Request<'_>) -> Outcome {
                     _ => return pass(&c, &ask).await,
                 },
             },
-            _ if asked.directives.only_if_cached => return only_if_cached(),
+            _ if asked.directives.only_if_cached => return only_if_cached(&c.rule.identity),
             Lookup::Wait(rx) if started.elapsed() < WAIT_MAX => {
                 Counts::add(&counts.collapsed, 1);
                 collapsed = true;
@@ -176,7 +184,13 @@ pub(crate) fn fresh_hit(store: &Store, rule: &CacheRule, req: &Request<'_>) -> O
     }
     Counts::add(&store.counts.hits, 1);
     Counts::add(&store.counts.hit_bytes, o.meta.length);
-    Some(Outcome::Respond(answer(&o, req.head, now, "hit")))
+    Some(Outcome::Respond(answer(
+        &o,
+        req.head,
+        now,
+        &rule.identity,
+        "hit",
+    )))
 }
 
 /// The client's answer after a fetch: from the stored object, or what passed, or a stale
@@ -191,7 +205,7 @@ fn client_answer(
     let now = now_ms();
     match got {
         Fetched::Stored(o, extras) => {
-            let mut out = answer(&o, req.head, now, status);
+            let mut out = answer(&o, req.head, now, &c.rule.identity, status);
             // The exchange's log fields (server, time), with the cache's word.
             let word = out
                 .extras
@@ -206,15 +220,19 @@ fn client_answer(
             }
             Outcome::Respond(out)
         }
-        Fetched::NotModified(o) => {
-            Outcome::Respond(answer(&o, req.head, now, "fwd=stale; fwd-status=304"))
-        }
+        Fetched::NotModified(o) => Outcome::Respond(answer(
+            &o,
+            req.head,
+            now,
+            &c.rule.identity,
+            "fwd=stale; fwd-status=304",
+        )),
         Fetched::Passed(out) => out,
         Fetched::Failed(out) => match stale.filter(|o| o.meta.freshness.usable_on_error(now)) {
             Some(o) => {
                 Counts::add(&c.store.counts.stale, 1);
                 let status = "hit; fwd=stale; detail=stale-if-error";
-                Outcome::Respond(answer(o, req.head, now, status))
+                Outcome::Respond(answer(o, req.head, now, &c.rule.identity, status))
             }
             None => out,
         },
@@ -244,9 +262,9 @@ async fn wait(mut rx: tokio::sync::watch::Receiver<bool>, started: tokio::time::
     let _ = tokio::time::timeout_at(started + WAIT_MAX, rx.wait_for(|done| *done)).await;
 }
 
-fn only_if_cached() -> Outcome {
+fn only_if_cached(cache: &str) -> Outcome {
     let mut r = error_response(504);
-    answer::cache_status(&mut r, "fwd=miss; detail=only-if-cached");
+    answer::cache_status(&mut r, cache, "fwd=miss; detail=only-if-cached");
     Outcome::Respond(r)
 }
 
@@ -254,7 +272,7 @@ fn only_if_cached() -> Outcome {
 async fn pass(c: &Cached<'_>, ask: &Asking<'_>) -> Outcome {
     Counts::add(&c.store.counts.bypass, 1);
     let out = exchange::forward(c.shared, c.state.clone(), ask, c.opts, false).await;
-    with_status(out, "fwd=uri-miss")
+    with_status(out, &c.rule.identity, "fwd=uri-miss")
 }
 
 /// PURGE from an allowed address: the key (all its variants), or with a path ending in

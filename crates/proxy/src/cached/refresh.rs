@@ -156,7 +156,11 @@ pub(crate) async fn refresh(
             Counts::add(&c.store.counts.bypass, 1);
             without_date(&mut r.headers);
             let why = decided.err().unwrap_or("too large");
-            cache_status(&mut r, &format!("fwd=uri-miss; detail=\"{why}\""));
+            cache_status(
+                &mut r,
+                &c.rule.identity,
+                &format!("fwd=uri-miss; detail=\"{why}\""),
+            );
             return Fetched::Passed(Outcome::Respond(r));
         }
     };

@@ -15,6 +15,7 @@ mod config;
 mod docs;
 mod edges;
 mod files;
+mod fleet;
 mod handoff;
 mod handoff_apache;
 mod http2;
