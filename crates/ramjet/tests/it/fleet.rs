@@ -181,3 +181,43 @@ fn a_request_past_the_queue_timeout_gets_504() {
     assert_eq!(origin.requests(), 1);
     assert!(s.wait_for_log("max_conns", Duration::from_secs(5)));
 }
+
+/// The fleet of issue 26 on this machine, in network namespaces `bench/fleet.py` creates:
+/// HAProxy (consistent hashing of the URI, PROXY v2, health checks) in front of three
+/// ramjet nodes with disk caches, an origin, and a client driving a Zipf load over more
+/// objects than one node holds. Shorter phases than the benchmark's; the same checks.
+#[test]
+fn fleet_in_namespaces() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../bench/fleet.py");
+    let out = std::process::Command::new("python3")
+        .args([script, "--check", "--bin", crate::BIN])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "bench/fleet.py --check failed (it needs root, ip netns and haproxy):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let (steady, kill, join, down) = (&r["steady"], &r["kill"], &r["join"], &r["origin_down"]);
+    // Every object the clients asked for came from the origin once, however many asked.
+    let ratio = steady["origin_ratio"].as_f64().unwrap();
+    assert!(
+        (0.99..=1.01).contains(&ratio),
+        "origin bytes {ratio}x: {steady}"
+    );
+    assert!(steady["objects"].as_u64().unwrap() > 0);
+    for phase in [steady, kill, join, down] {
+        assert!(phase["requests"].as_u64().unwrap() > 0, "{phase}");
+        assert_eq!(phase["errors"], 0, "client errors: {phase}");
+    }
+    // kill -9 and a restart: only the victim's objects were fetched again (by the nodes
+    // that took its keys while it was down), and its disk tier kept what it held.
+    assert_eq!(kill["refetched_others"], serde_json::json!([]), "{kill}");
+    assert!(kill["victim_held"].as_u64().unwrap() > 0, "{kill}");
+    assert_eq!(kill["victim_fetched_again_after_restart"], 0, "{kill}");
+    // A fourth node takes about a quarter of the objects, and only objects going to it move.
+    let share = join["moved_share"].as_f64().unwrap();
+    assert!((0.15..=0.40).contains(&share), "{join}");
+    assert_eq!(join["moved"], join["moved_to_new"], "{join}");
+}
