@@ -22,7 +22,9 @@ topology with the same budgets. Phases, one run per server kind:
    objects asked for (every object pulled once: within 1%).
 2. kill: mid-phase, one node is killed with SIGKILL and restarted. Client errors (HAProxy
    retries and health checks should leave none), and which objects the origin sent more
-   than once: they should all be the killed node's.
+   than once: they should all be the killed node's. Then another node is stopped
+   gracefully (TERM; QUIT for nginx) and started again: client errors, and why HAProxy
+   took it out (ramjet's health check answers 503 while it drains).
 3. join: a fourth node is enabled (HAProxy runtime API). The share of objects whose node
    changed (consistent hashing: about 1/4).
 4. origin down: the origin is stopped for `--origin-down` seconds while clients ask for the
@@ -496,6 +498,29 @@ class Run:
                 "origin_bytes": pulled,
             }
 
+            # 2b. a graceful stop (TERM; nginx's is QUIT): the health check should take the
+            # node out (ramjet: 503 "draining") before its listeners close.
+            leaving = "node3"
+            box = {}
+            t = threading.Thread(target=lambda: box.update(r=self.client("drive", a.phase)))
+            t.start()
+            time.sleep(a.phase * 0.3)
+            p = self.fleet.procs.pop(leaving)
+            os.killpg(p.pid, signal.SIGTERM if self.kind == "ramjet" else signal.SIGQUIT)
+            status = p.wait(timeout=60)
+            self.start_node(leaving)
+            t.join()
+            self.wait_server_up(leaving)
+            drain = box["r"]
+            said = [line.split("is DOWN", 1)[1].strip(" ,").removeprefix("reason: ") for line in
+                    (work / "haproxy.err").read_text(errors="replace").splitlines()
+                    if f"nodes/{leaving} is DOWN" in line]
+            result["drain"] = {
+                "requests": drain["requests"], "errors": drain["errors"],
+                "error_samples": drain["error_samples"], "node": leaving,
+                "exit_status": status, "haproxy_saw": said[:1],
+            }
+
             # 3. a fourth node joins
             reply = haproxy_cmd(work, "set server nodes/node4 state ready")
             if reply.strip():
@@ -579,6 +604,10 @@ def report(results, args, versions):
         lambda r: f"{r['kill']['refetched']} ({r['kill']['refetched_of_victim']})")
     row("kill: objects node2 held / fetched again after its restart",
         lambda r: f"{r['kill']['victim_held']} / {r['kill']['victim_fetched_again_after_restart']}")
+    row("graceful stop of node3 (TERM; nginx QUIT): requests / errors",
+        lambda r: f"{r['drain']['requests']} / {r['drain']['errors']}")
+    row("graceful stop: why HAProxy took node3 out",
+        lambda r: "; ".join(r["drain"]["haproxy_saw"]).split(", info")[0] or "-")
     row("join node4: objects that moved (to node4)",
         lambda r: f"{r['join']['moved']} of {r['join']['objects']} "
                   f"({100 * r['join']['moved_share']:.1f}%; {r['join']['moved_to_new']})")
@@ -588,7 +617,7 @@ def report(results, args, versions):
     row(f"origin down {args.origin_down} s: requests / errors",
         lambda r: f"{r['origin_down']['requests']} / {r['origin_down']['errors']}")
     for r in results:
-        for phase in ("steady", "kill", "join", "origin_down"):
+        for phase in ("steady", "kill", "drain", "join", "origin_down"):
             if r[phase]["error_samples"]:
                 lines.append("")
                 lines.append(f"{r['server']} {phase} errors (first ones):")

@@ -200,6 +200,7 @@ fn fleet_in_namespaces() {
     );
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     let (steady, kill, join, down) = (&r["steady"], &r["kill"], &r["join"], &r["origin_down"]);
+    let drain = &r["drain"];
     // Every object the clients asked for came from the origin once, however many asked.
     let ratio = steady["origin_ratio"].as_f64().unwrap();
     assert!(
@@ -207,7 +208,7 @@ fn fleet_in_namespaces() {
         "origin bytes {ratio}x: {steady}"
     );
     assert!(steady["objects"].as_u64().unwrap() > 0);
-    for phase in [steady, kill, join, down] {
+    for phase in [steady, kill, drain, join, down] {
         assert!(phase["requests"].as_u64().unwrap() > 0, "{phase}");
         assert_eq!(phase["errors"], 0, "client errors: {phase}");
     }
@@ -216,6 +217,11 @@ fn fleet_in_namespaces() {
     assert_eq!(kill["refetched_others"], serde_json::json!([]), "{kill}");
     assert!(kill["victim_held"].as_u64().unwrap() > 0, "{kill}");
     assert_eq!(kill["victim_fetched_again_after_restart"], 0, "{kill}");
+    // TERM: the node's health check said 503 (draining) and HAProxy took it out on that,
+    // before its listeners closed; it stopped cleanly.
+    assert_eq!(drain["exit_status"], 0, "{drain}");
+    let saw = drain["haproxy_saw"][0].as_str().unwrap_or("");
+    assert!(saw.contains("code: 503"), "HAProxy took the node out for: {saw}");
     // A fourth node takes about a quarter of the objects, and only objects going to it move.
     let share = join["moved_share"].as_f64().unwrap();
     assert!((0.15..=0.40).contains(&share), "{join}");
