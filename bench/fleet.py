@@ -94,12 +94,14 @@ def drive(args):
     if args.keys:
         names = json.loads(Path(args.keys).read_text())
     lock = threading.Lock()
-    out = {"requests": 0, "errors": 0, "error_samples": [], "statuses": {}, "seen": {}}
+    out = {"requests": 0, "errors": 0, "error_samples": [], "statuses": {}, "seen": {},
+           "stale": 0}
     end = time.time() + args.seconds
 
-    def record(name, status, node, error=None):
+    def record(name, status, node, error=None, stale=False):
         with lock:
             out["requests"] += 1
+            out["stale"] += stale
             out["statuses"][str(status)] = out["statuses"].get(str(status), 0) + 1
             if error:
                 out["errors"] += 1
@@ -125,7 +127,10 @@ def drive(args):
                 elif len(body) != sizes[name]:
                     record(name, 200, node, f"{len(body)} of {sizes[name]} bytes from {node}")
                 else:
-                    record(name, 200, node)
+                    # Served stale (the origin down): ramjet's Cache-Status, nginx's word.
+                    stale = "stale-if-error" in (resp.getheader("Cache-Status") or "") \
+                        or resp.getheader("X-Cache") == "STALE"
+                    record(name, 200, node, stale=stale)
                 if resp.will_close:
                     conn.close()
                     conn = None
@@ -318,6 +323,7 @@ def nginx_node(work, name, addr, budget):
       proxy_cache_revalidate on;
       proxy_cache_use_stale error timeout http_500 http_502 http_503 http_504 updating;
       add_header X-Node {name} always;
+      add_header X-Cache $upstream_cache_status always;
     }}
   }}
 }}
@@ -551,6 +557,7 @@ class Run:
                 "seconds": a.origin_down, "max_age": a.max_age,
                 "requests": down["requests"], "errors": down["errors"],
                 "error_samples": down["error_samples"], "statuses": down["statuses"],
+                "stale": down["stale"],
             }
             result["before_kill_per_node"] = tally(before)
         finally:
@@ -583,7 +590,9 @@ def report(results, args, versions):
         "",
         "Versions: " + "; ".join(versions),
         "",
-        "| | " + " | ".join(r["server"] for r in results) + " |",
+        "One column per run (server, round); the rounds alternate the servers.",
+        "",
+        "| | " + " | ".join(f"{r['server']} {r['round']}" for r in results) + " |",
         "|---|" + "---|" * len(results),
     ]
 
@@ -607,7 +616,8 @@ def report(results, args, versions):
     row("graceful stop of node3 (TERM; nginx QUIT): requests / errors",
         lambda r: f"{r['drain']['requests']} / {r['drain']['errors']}")
     row("graceful stop: why HAProxy took node3 out",
-        lambda r: "; ".join(r["drain"]["haproxy_saw"]).split(", info")[0] or "-")
+        lambda r: "; ".join(r["drain"]["haproxy_saw"]).split(", info")[0]
+        or "not taken out (back before two failed checks)")
     row("join node4: objects that moved (to node4)",
         lambda r: f"{r['join']['moved']} of {r['join']['objects']} "
                   f"({100 * r['join']['moved_share']:.1f}%; {r['join']['moved_to_new']})")
@@ -616,11 +626,25 @@ def report(results, args, versions):
         lambda r: f"{r['join']['requests'] / max(r['join']['node_cpu_seconds'], 1e-3):,.0f}")
     row(f"origin down {args.origin_down} s: requests / errors",
         lambda r: f"{r['origin_down']['requests']} / {r['origin_down']['errors']}")
+    row("origin down: answers served stale (stale-if-error)",
+        lambda r: f"{r['origin_down']['stale']}")
+    lines.append("")
+    for kind in dict.fromkeys(r["server"] for r in results):
+        mine = [r for r in results if r["server"] == kind]
+        errors = sum(r[p]["errors"] for r in mine
+                     for p in ("steady", "kill", "drain", "join", "origin_down"))
+        per_cpu = sorted(r["steady"]["requests"] / max(r["steady"]["node_cpu_seconds"], 1e-3)
+                         for r in mine)
+        warm = sorted(r["join"]["requests"] / max(r["join"]["node_cpu_seconds"], 1e-3)
+                      for r in mine)
+        lines.append(f"- {kind}: {len(mine)} runs, {errors} client errors in all; requests per "
+                     f"node CPU-second, median: {per_cpu[len(per_cpu) // 2]:,.0f} steady (cold "
+                     f"start), {warm[len(warm) // 2]:,.0f} after the join")
     for r in results:
         for phase in ("steady", "kill", "drain", "join", "origin_down"):
             if r[phase]["error_samples"]:
                 lines.append("")
-                lines.append(f"{r['server']} {phase} errors (first ones):")
+                lines.append(f"{r['server']} round {r['round']} {phase} errors (first ones):")
                 lines += [f"- `{e}`" for e in r[phase]["error_samples"][:10]]
     return lines
 
@@ -630,6 +654,7 @@ def main():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", nargs="?", default="run", choices=["run", "drive", "map"])
     ap.add_argument("--servers", default="ramjet,nginx")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out")
     ap.add_argument("--check", action="store_true",
                     help="short phases, ramjet only, the results as JSON on stdout")
@@ -665,15 +690,19 @@ def main():
     if not Path(args.bin).exists():
         raise SystemExit(f"{args.bin}: build first (cargo build --release)")
     results = []
-    for kind in args.servers.split(","):
-        work = Path(tempfile.mkdtemp(prefix=f"ramjet-fleet-{kind}-"))
-        try:
-            sizes = make_objects(work / "objects", args.objects)
-            (work / "manifest.json").write_text(json.dumps(sizes))
-            results.append(Run(kind, args, work, sizes).go())
-        finally:
-            if not os.environ.get("KEEP_FLEET"):
-                shutil.rmtree(work, ignore_errors=True)
+    for round_ in range(1 if args.check else args.rounds):
+        for kind in args.servers.split(","):
+            work = Path(tempfile.mkdtemp(prefix=f"ramjet-fleet-{kind}-"))
+            try:
+                sizes = make_objects(work / "objects", args.objects)
+                (work / "manifest.json").write_text(json.dumps(sizes))
+                r = Run(kind, args, work, sizes).go()
+                r["round"] = round_ + 1
+                results.append(r)
+                print(f"round {round_ + 1} {kind}: done", file=sys.stderr)
+            finally:
+                if not os.environ.get("KEEP_FLEET"):
+                    shutil.rmtree(work, ignore_errors=True)
     if args.check:
         json.dump(results[0], sys.stdout, indent=1)
         return
