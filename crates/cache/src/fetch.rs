@@ -122,13 +122,13 @@ pub async fn fill(
         Some((file, tmp)) => {
             let done = match write(file.clone(), written, pending).await {
                 Ok(_) => {
-                    let (hash, m) = (object.hash, meta.clone());
+                    let (hash, m, f) = (object.hash, meta.clone(), file.clone());
                     let dir = store.disk.as_ref().map(|d| d.dir.clone());
                     blocking(move || {
                         Disk {
                             dir: dir.unwrap_or_default(),
                         }
-                        .commit(hash, &tmp, &m)
+                        .commit(hash, &f, &tmp, &m)
                     })
                     .await
                     .unwrap_or_else(|| Err(std::io::Error::other("blocking pool gone")))
@@ -180,7 +180,7 @@ pub async fn write_through(store: Arc<Store>, key: Box<[u8]>, o: Arc<Object>) {
         let d = Disk { dir };
         let (file, tmp) = d.create_body(hash)?;
         Disk::write(&file, 0, &bytes)?;
-        d.commit(hash, &tmp, &meta)?;
+        d.commit(hash, &file, &tmp, &meta)?;
         Ok::<_, std::io::Error>(file)
     })
     .await;

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use crate::policy::Freshness;
 
 const MAGIC: &[u8; 4] = b"RJC1";
-/// A meta file larger than this is not one of ours.
+/// A meta record larger than this is not one of ours.
 pub const MAX_META: usize = 1 << 20;
 
 /// A `Vary` field name (lower case) and the request's value of it (`None`: absent).
@@ -64,7 +64,51 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     out.extend_from_slice(b);
 }
 
+/// The last bytes of an object file: the meta record's length (u32, little-endian) and this.
+const TRAILER_MAGIC: &[u8; 4] = b"RJT1";
+/// Bytes of the trailer.
+pub const TRAILER: usize = 8;
+
+/// An object file's trailer for a meta record of `len` bytes.
+pub fn trailer(len: usize) -> [u8; TRAILER] {
+    let mut t = [0u8; TRAILER];
+    t[..4].copy_from_slice(&(len as u32).to_le_bytes());
+    t[4..].copy_from_slice(TRAILER_MAGIC);
+    t
+}
+
+/// The length of the meta record that ends a file of `size` bytes with `tail` as its last
+/// bytes, if the trailer is one and the record fits in the file.
+pub fn meta_len(size: u64, tail: &[u8; TRAILER]) -> Option<usize> {
+    if &tail[4..] != TRAILER_MAGIC {
+        return None;
+    }
+    let len = u32::from_le_bytes(tail[..4].try_into().ok()?) as usize;
+    (len <= MAX_META && size >= (TRAILER + len) as u64).then_some(len)
+}
+
 impl Meta {
+    /// The record and the trailer, as they follow the body in its file.
+    pub fn encode_with_trailer(&self) -> Vec<u8> {
+        let mut out = self.encode();
+        let t = trailer(out.len());
+        out.extend_from_slice(&t);
+        out
+    }
+
+    /// The meta of a whole object file (`body`, record, trailer), if it is one: the record
+    /// well-formed and its body length the file's.
+    pub fn of_object(file: &[u8]) -> Option<Meta> {
+        let tail: &[u8; TRAILER] = file
+            .get(file.len().checked_sub(TRAILER)?..)?
+            .try_into()
+            .ok()?;
+        let len = meta_len(file.len() as u64, tail)?;
+        let at = file.len() - TRAILER - len;
+        let m = Meta::decode(&file[at..file.len() - TRAILER])?;
+        (m.length == at as u64).then_some(m)
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let f = &self.freshness;
         let mut out = Vec::with_capacity(64 + self.key.len() + self.fields.len());

@@ -260,10 +260,10 @@ fn not_modified(
     let store = c.store.clone();
     let updated = Arc::new(o.with(store.next_id(), meta, o.body.clone(), o.disk.clone()));
     lead.stored(updated.clone());
-    if let (Some(d), Some(_)) = (store.disk(), &updated.disk) {
-        let (dir, hash, meta) = (d.dir.clone(), updated.hash, updated.meta.clone());
+    if let Some(file) = updated.disk.clone() {
+        let meta = updated.meta.clone();
         tokio::task::spawn_blocking(move || {
-            let _ = ramjet_cache::disk::Disk { dir }.write_meta(hash, &meta);
+            let _ = ramjet_cache::disk::Disk::write_meta(&file, &meta);
         });
     }
     Fetched::NotModified(updated)

@@ -284,14 +284,14 @@ fn a_fill_cut_by_kill_9_is_never_served_as_whole() {
     assert_eq!(origin.requests(), 2, "the cut fill was not kept");
     // Complete now: after another restart it is served from disk.
     let n = origin.requests();
-    // Committed once its meta file is written (after the body is in place).
+    // Committed once its object file is in place (its record written before the rename).
     let committed = || {
         std::fs::read_dir(disk.path())
             .unwrap()
             .filter_map(Result::ok)
             .filter(|e| e.file_name().len() == 2)
             .flat_map(|d| std::fs::read_dir(d.path()).unwrap().filter_map(Result::ok))
-            .any(|f| f.file_name().to_string_lossy().ends_with(".meta"))
+            .any(|f| f.file_name().to_string_lossy().ends_with(".obj"))
     };
     assert!(eventually(Duration::from_secs(30), committed));
     drop(s);

@@ -211,10 +211,9 @@ fn a_failing_disk_tier_degrades_to_memory_with_one_log_line() {
             disk.path().display()
         ),
     );
-    // The tier's working folder becomes a file: every new disk object fails.
-    let tmp = disk.path().join("tmp");
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::write(&tmp, b"not a folder").unwrap();
+    // The tier's folder becomes a file: every new disk object fails.
+    std::fs::remove_dir_all(disk.path()).unwrap();
+    std::fs::write(disk.path(), b"not a folder").unwrap();
     let data = bytes(300_000, 11);
     for _ in 0..3 {
         let (ok, body) = curl(&[&s.url("/data.bin")]);

@@ -221,7 +221,10 @@ fn fleet_in_namespaces() {
     // before its listeners closed; it stopped cleanly.
     assert_eq!(drain["exit_status"], 0, "{drain}");
     let saw = drain["haproxy_saw"][0].as_str().unwrap_or("");
-    assert!(saw.contains("code: 503"), "HAProxy took the node out for: {saw}");
+    assert!(
+        saw.contains("code: 503"),
+        "HAProxy took the node out for: {saw}"
+    );
     // The origin down past the objects' max-age: they are served stale (stale-if-error).
     assert!(down["stale"].as_u64().unwrap() > 0, "{down}");
     // A fourth node takes about a quarter of the objects, and only objects going to it move.
