@@ -640,6 +640,25 @@ def report(results, args, versions):
         lines.append(f"- {kind}: {len(mine)} runs, {errors} client errors in all; requests per "
                      f"node CPU-second, median: {per_cpu[len(per_cpu) // 2]:,.0f} steady (cold "
                      f"start), {warm[len(warm) // 2]:,.0f} after the join")
+    lines += [
+        "",
+        "Reading it:",
+        "",
+        "- Origin bytes: what the origin sent (body bytes of its 200 answers, from its access "
+        "log) against the sizes of the distinct objects the clients asked for.",
+        "- kill: the objects sent twice are the killed node's, fetched by the nodes that took "
+        "its keys while it was down; the ones it held before were still on its disk after the "
+        "restart, and it fetched none of them again.",
+        "- graceful stop: ramjet's `health` handler answers 503 during `timeouts.drain` (2 s) "
+        "and HAProxy takes the node out on that answer; nginx (QUIT) closes its listeners at "
+        "once and is back before two failed checks, its requests retried by HAProxy.",
+        "- join: with consistent hashing the ideal share moved to a 4th node is 25%; every "
+        "object that moved went to the new node.",
+        "- Requests per node CPU-second: the nodes' CPU time (from /proc) includes the "
+        "kernel's work on the veth and bridge done in their context, and the client (Python, "
+        "on the same two CPUs) sets the pace, so these rows vary by a quarter from run to "
+        "run; `bench/cache.py` and `bench/cold_fill.py` measure the cache itself.",
+    ]
     for r in results:
         for phase in ("steady", "kill", "drain", "join", "origin_down"):
             if r[phase]["error_samples"]:
