@@ -166,41 +166,28 @@ impl Representation for Hit<'_> {
         self.0.validators.clone()
     }
     fn slice(&self, start: u64, end: u64) -> Part {
-        if let Some(f) = self.file() {
-            return Part::File {
-                file: f.clone(),
-                offset: start,
-                len: end - start,
-            };
-        }
-        match &self.0.body {
-            Stored::Memory(b) => Part::Bytes(b.slice(start as usize..end as usize)),
-            Stored::Disk(f) => Part::File {
+        // `file` is the disk body, or a large memory body's disk copy.
+        match (self.file(), &self.0.body) {
+            (Some(f), _) => Part::File {
                 file: f.clone(),
                 offset: start,
                 len: end - start,
             },
-            Stored::Filling(_) => Part::Bytes(Bytes::new()),
+            (None, Stored::Memory(b)) => Part::Bytes(b.slice(start as usize..end as usize)),
+            (None, _) => Part::Bytes(Bytes::new()),
         }
     }
     fn body(&self) -> Body {
-        if let (Some(f), true) = (self.file(), self.0.meta.length > 0) {
-            return Body::File {
-                file: f.clone(),
-                offset: 0,
-                len: self.0.meta.length,
-            };
-        }
-        match &self.0.body {
-            Stored::Memory(b) if b.is_empty() => Body::Empty,
-            Stored::Memory(b) => Body::Bytes(b.clone()),
-            Stored::Disk(_) if self.0.meta.length == 0 => Body::Empty,
-            Stored::Disk(f) => Body::File {
+        match (self.file(), &self.0.body) {
+            (_, Stored::Filling(fill)) => Body::Stream(Box::new(fill.reader(0, None))),
+            _ if self.0.meta.length == 0 => Body::Empty,
+            (Some(f), _) => Body::File {
                 file: f.clone(),
                 offset: 0,
                 len: self.0.meta.length,
             },
-            Stored::Filling(fill) => Body::Stream(Box::new(fill.reader(0, None))),
+            (None, Stored::Memory(b)) => Body::Bytes(b.clone()),
+            (None, _) => Body::Empty,
         }
     }
 }

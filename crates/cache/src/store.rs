@@ -617,6 +617,14 @@ mod tests {
     use super::*;
     use ramjet_http1::{parse_request_head, Limits, Parse};
 
+    fn head() -> ramjet_http1::RequestHead<'static> {
+        let raw = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        let Parse::Complete(head) = parse_request_head(raw, &Limits::default()) else {
+            panic!()
+        };
+        head
+    }
+
     fn zone() -> CacheZone {
         CacheZone {
             name: "t".into(),
@@ -632,10 +640,7 @@ mod tests {
     #[test]
     fn hit_for_miss_marks_expire_and_leave_nothing_behind() {
         let store = Arc::new(Store::new(zone()));
-        let raw = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
-        let Parse::Complete(head) = parse_request_head(raw, &Limits::default()) else {
-            panic!()
-        };
+        let head = head();
         for i in 0..100u32 {
             let key = i.to_le_bytes();
             let Lookup::Lead(lead) = store.lookup(&key, &head, 1_000) else {
@@ -700,10 +705,7 @@ mod tests {
     #[test]
     fn a_dropped_lead_lets_a_waiter_lead() {
         let store = Arc::new(Store::new(zone()));
-        let raw = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
-        let Parse::Complete(head) = parse_request_head(raw, &Limits::default()) else {
-            panic!()
-        };
+        let head = head();
         let Lookup::Lead(lead) = store.lookup(b"k", &head, 0) else {
             panic!()
         };

@@ -162,6 +162,11 @@ impl Session {
             return say(530, "Please log in with USER and PASS.");
         }
         let path = |a: &[u8]| resolve(&self.cwd, a);
+        // A listing of the named directory (the current one when none is named).
+        let list = |p: Option<Vec<u8>>, form| {
+            let path = path(p.as_deref().unwrap_or_default());
+            (None, Action::List { path, form })
+        };
         match cmd {
             Command::User(u) if anonymous(&u) => {
                 self.login = Login::User;
@@ -255,36 +260,9 @@ impl Session {
             Command::List { .. } | Command::Nlst { .. } | Command::Mlsd(_) if !self.passive => {
                 say(425, "Use PASV or EPSV first.")
             }
-            Command::List { path: p, all } => {
-                let p = path(p.as_deref().unwrap_or_default());
-                (
-                    None,
-                    Action::List {
-                        path: p,
-                        form: Listing::Long { all },
-                    },
-                )
-            }
-            Command::Nlst { path: p, all } => {
-                let p = path(p.as_deref().unwrap_or_default());
-                (
-                    None,
-                    Action::List {
-                        path: p,
-                        form: Listing::Names { all },
-                    },
-                )
-            }
-            Command::Mlsd(p) => {
-                let p = path(p.as_deref().unwrap_or_default());
-                (
-                    None,
-                    Action::List {
-                        path: p,
-                        form: Listing::Machine,
-                    },
-                )
-            }
+            Command::List { path: p, all } => list(p, Listing::Long { all }),
+            Command::Nlst { path: p, all } => list(p, Listing::Names { all }),
+            Command::Mlsd(p) => list(p, Listing::Machine),
             Command::Mlst(p) => {
                 let p = path(p.as_deref().unwrap_or_default());
                 (
