@@ -35,6 +35,16 @@ pub struct ListenTable {
     /// HTTP/2 on this listener (ALPN `h2` over TLS, prior knowledge in cleartext); on
     /// unless `false`.
     pub http2: Option<bool>,
+    /// What the listener speaks: `"http"` (the default) or `"ftp"` (the `[ftp]` table).
+    pub protocol: Option<Protocol>,
+}
+
+/// What a listener speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Http,
+    Ftp,
 }
 
 impl<'de> Deserialize<'de> for RawListen {
@@ -67,29 +77,45 @@ impl RawListen {
         matches!(self, RawListen::Table(t) if t.proxy_protocol)
     }
 
+    /// FTP is served here instead of HTTP.
+    pub fn ftp(&self) -> bool {
+        matches!(self, RawListen::Table(t) if t.protocol == Some(Protocol::Ftp))
+    }
+
     /// HTTP/2 is served here (the default).
     pub fn http2(&self) -> bool {
         !matches!(self, RawListen::Table(t) if t.http2 == Some(false))
     }
 }
 
+/// The `listen` entries, resolved: by entry index.
+pub(crate) struct Listen {
+    pub(crate) addrs: Vec<SocketAddr>,
+    pub(crate) proxy_protocol: Vec<bool>,
+    pub(crate) http2: Vec<bool>,
+    pub(crate) ftp: Vec<bool>,
+}
+
 impl Resolver<'_> {
-    /// The addresses, whether each expects a PROXY protocol header, and whether each
-    /// serves HTTP/2 (bad entries are noted and left out).
-    pub(crate) fn listen(
-        &self,
-        raw: Option<&[Spanned<RawListen>]>,
-    ) -> (Vec<SocketAddr>, Vec<bool>, Vec<bool>) {
+    /// The addresses, whether each expects a PROXY protocol header, whether each serves
+    /// HTTP/2, and whether each serves FTP (bad entries are noted and left out).
+    pub(crate) fn listen(&self, raw: Option<&[Spanned<RawListen>]>) -> Listen {
         let Some(list) = raw else {
             let any = vec![
                 SocketAddr::from(([0, 0, 0, 0], DEFAULT_PORT)),
                 SocketAddr::from(([0u16; 8], DEFAULT_PORT)),
             ];
-            return (any, vec![false, false], vec![true, true]);
+            return Listen {
+                addrs: any,
+                proxy_protocol: vec![false, false],
+                http2: vec![true, true],
+                ftp: Vec::new(),
+            };
         };
         let mut out = Vec::new();
         let mut proxy_protocol = Vec::new();
         let mut http2 = Vec::new();
+        let mut ftp = Vec::new();
         for (i, a) in list.iter().enumerate() {
             let text = a.get_ref().address();
             let Some(addr) = self.keep(text.parse::<SocketAddr>().map_err(|_| {
@@ -103,9 +129,25 @@ impl Resolver<'_> {
             })) else {
                 continue;
             };
+            let entry = a.get_ref();
+            if let (true, RawListen::Table(t)) = (entry.ftp(), entry) {
+                let clash = [
+                    (t.tls.is_some(), "tls"),
+                    (t.http2.is_some(), "http2"),
+                    (t.proxy_protocol, "proxy_protocol"),
+                ];
+                for (_, key) in clash.iter().filter(|c| c.0) {
+                    self.keep::<()>(Err(self.err(
+                        Some(a.span()),
+                        &format!("listen[{i}].{key}"),
+                        format!("an FTP listener takes no `{key}` (FTP is served in the clear)"),
+                    )));
+                }
+            }
             out.push(addr);
-            proxy_protocol.push(a.get_ref().proxy_protocol());
-            http2.push(a.get_ref().http2());
+            proxy_protocol.push(entry.proxy_protocol());
+            http2.push(entry.http2());
+            ftp.push(entry.ftp());
         }
         if list.is_empty() {
             self.keep::<()>(Err(self.err(
@@ -114,6 +156,11 @@ impl Resolver<'_> {
                 "needs at least one address".into(),
             )));
         }
-        (out, proxy_protocol, http2)
+        Listen {
+            addrs: out,
+            proxy_protocol,
+            http2,
+            ftp,
+        }
     }
 }

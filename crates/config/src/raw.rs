@@ -44,6 +44,8 @@ pub struct RawConfig {
     pub acme: Option<Spanned<crate::acme::RawAcme>>,
     /// Caches a `proxy` location may store its answers in, by name.
     pub cache: Option<BTreeMap<String, Spanned<crate::cache::RawCache>>>,
+    /// Anonymous read-only FTP on the listeners with `protocol = "ftp"`.
+    pub ftp: Option<Spanned<crate::ftp::RawFtp>>,
 }
 
 #[derive(Debug, Deserialize)]

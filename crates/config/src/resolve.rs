@@ -366,7 +366,12 @@ impl<'a> Resolver<'a> {
 
     fn resolve(&self, raw: RawConfig) -> Result<Resolved, ConfigError> {
         // The server-wide sections, each resolved beside its type.
-        let (listen, proxy_protocol, http2) = self.listen(raw.listen.as_deref());
+        let crate::listen::Listen {
+            addrs: listen,
+            proxy_protocol,
+            http2,
+            ftp: ftp_listeners,
+        } = self.listen(raw.listen.as_deref());
         let workers = self.workers(raw.workers.as_ref());
         let (limits, send_rate) = self.limits(raw.limits.unwrap_or_default());
         let timeouts = crate::timeouts::resolve(raw.timeouts.unwrap_or_default());
@@ -497,6 +502,12 @@ impl<'a> Resolver<'a> {
             .iter()
             .position(|v| v.names.iter().any(|n| n == "*"))
             .unwrap_or(0);
+        let ftp = self.ftp(
+            raw.ftp.as_ref(),
+            ftp_listeners.contains(&true),
+            &vhosts,
+            default_vhost,
+        );
         let mut errors = self.errors.take();
         if !errors.is_empty() {
             let mut first = errors.remove(0);
@@ -508,6 +519,8 @@ impl<'a> Resolver<'a> {
             listen,
             proxy_protocol,
             http2,
+            ftp_listeners,
+            ftp,
             workers,
             pin_workers: raw.pin_workers.unwrap_or(false),
             limits,

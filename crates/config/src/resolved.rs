@@ -22,6 +22,10 @@ pub struct Resolved {
     pub proxy_protocol: Vec<bool>,
     /// By listener index: whether it serves HTTP/2 (shorter than `listen`: the rest do).
     pub http2: Vec<bool>,
+    /// By listener index: whether it serves FTP (shorter than `listen`: the rest do not).
+    pub ftp_listeners: Vec<bool>,
+    /// `[ftp]`, present when some listener serves FTP.
+    pub ftp: Option<crate::FtpOptions>,
     pub workers: usize,
     pub pin_workers: bool,
     pub limits: Limits,
@@ -173,6 +177,18 @@ impl Resolved {
     /// protocol header.
     pub fn expects_proxy_header(&self, index: usize) -> bool {
         self.proxy_protocol.get(index).copied().unwrap_or(false)
+    }
+
+    /// Whether the sockets of `listen` entry `index` serve FTP (and the FTP options).
+    pub fn ftp_of(&self, index: usize) -> Option<&crate::FtpOptions> {
+        self.ftp
+            .as_ref()
+            .filter(|_| self.ftp_listeners.get(index).copied().unwrap_or(false))
+    }
+
+    /// The location FTP serves.
+    pub fn ftp_location(&self, ftp: &crate::FtpOptions) -> &Location {
+        &self.vhosts[ftp.vhost].locations[ftp.location]
     }
 
     /// Whether the sockets of `listen` entry `index` serve HTTP/2 (ALPN `h2` over TLS,

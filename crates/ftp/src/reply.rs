@@ -10,12 +10,10 @@ pub struct Reply {
 }
 
 /// The extensions FEAT lists (RFC 2389), one per line.
-const FEATURES: [&str; 9] = [
-    "EPRT",
+const FEATURES: [&str; 7] = [
     "EPSV",
     "MDTM",
     "MLST type*;size*;modify*;",
-    "PASV",
     "REST STREAM",
     "SIZE",
     "TVFS",
@@ -52,6 +50,23 @@ impl Reply {
         if n == 0 {
             bytes.extend_from_slice(format!("{code} \r\n").as_bytes());
         }
+        Reply { code, bytes }
+    }
+
+    /// A multi-line reply whose inner lines carry no code (RFC 3659 §7.2, RFC 959 §4.2):
+    /// `CODE-first`, each of `inner` after one space, `CODE last`.
+    pub fn framed(code: u16, first: &[u8], inner: &[&[u8]], last: &[u8]) -> Reply {
+        let mut bytes = format!("{code}-").into_bytes();
+        one_line(first, &mut bytes);
+        bytes.extend_from_slice(b"\r\n");
+        for line in inner {
+            bytes.push(b' ');
+            one_line(line, &mut bytes);
+            bytes.extend_from_slice(b"\r\n");
+        }
+        bytes.extend_from_slice(format!("{code} ").as_bytes());
+        one_line(last, &mut bytes);
+        bytes.extend_from_slice(b"\r\n");
         Reply { code, bytes }
     }
 
@@ -94,7 +109,15 @@ mod tests {
             "a name cannot end the line"
         );
         let feat = Reply::features();
-        assert!(feat.bytes().starts_with(b"211-Features:\r\n EPRT\r\n"));
+        assert!(feat.bytes().starts_with(b"211-Features:\r\n EPSV\r\n"));
+        assert!(
+            !feat.bytes().windows(4).any(|w| w == b"EPRT"),
+            "active mode is off"
+        );
+        assert_eq!(
+            Reply::framed(250, b"Listing /a", &[b"type=file; /a\nx"], b"End.").bytes(),
+            b"250-Listing /a\r\n type=file; /a?x\r\n250 End.\r\n"
+        );
         assert!(feat.bytes().ends_with(b" UTF8\r\n211 End\r\n"));
     }
 }

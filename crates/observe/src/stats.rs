@@ -149,6 +149,15 @@ pub struct WorkerStats {
     pub http2_connections: Count,
     pub http2_streams: Count,
     pub http2_floods: Count,
+    /// FTP control connections open now, logins, files sent whole, listings sent, data
+    /// bytes sent, and data connections refused (from another address than the control
+    /// connection's: port theft).
+    pub ftp_sessions: Count,
+    pub ftp_logins: Count,
+    pub ftp_files: Count,
+    pub ftp_listings: Count,
+    pub ftp_bytes: Count,
+    pub ftp_refused: Count,
     upstreams: [UpstreamCounts; UPSTREAM_SLOTS],
     downloads: Mutex<Vec<(u64, Download)>>,
     next_download: Count,
@@ -177,6 +186,12 @@ impl WorkerStats {
             http2_connections: Count::new(),
             http2_streams: Count::new(),
             http2_floods: Count::new(),
+            ftp_sessions: Count::new(),
+            ftp_logins: Count::new(),
+            ftp_files: Count::new(),
+            ftp_listings: Count::new(),
+            ftp_bytes: Count::new(),
+            ftp_refused: Count::new(),
             upstreams: std::array::from_fn(|_| Default::default()),
             downloads: Mutex::new(Vec::new()),
             next_download: Count::new(),

@@ -13,6 +13,7 @@ mod date;
 mod error_page;
 mod failure;
 pub mod filters;
+mod ftp;
 mod handoff;
 pub mod http2;
 mod outbox;

@@ -156,6 +156,12 @@ impl<C: Content> HttpWorker<C> {
         self.listeners.get(usize::from(at)).and_then(|l| l.entry)
     }
 
+    /// The `listen` entry of listener `at` when it serves FTP.
+    fn ftp_entry(&self, at: u16) -> Option<usize> {
+        let entry = self.listen_entry(at)?;
+        self.current.borrow().config.ftp_of(entry).map(|_| entry)
+    }
+
     /// The configuration in force now.
     pub(crate) fn current(&self) -> Arc<Generation> {
         self.current.borrow().clone()
@@ -337,6 +343,9 @@ impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
         self.stats.accepted.add(1);
         let (_guard, client) = self.enter(peer);
         let refuse = client.as_ref().is_some_and(|c| c.over);
+        if let Some(entry) = self.ftp_entry(listener as u16) {
+            return crate::ftp::serve(self.clone(), stream, peer, entry, refuse).await;
+        }
         let start = crate::conn::Start {
             stream,
             peer,

@@ -241,9 +241,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let schemes: Vec<&str> = listeners
         .entries
         .iter()
-        .map(|e| match e.and_then(|e| resolved.tls_of(e)) {
-            Some(_) => "https",
-            None => "http",
+        .map(|&e| match e {
+            Some(e) if resolved.ftp_of(e).is_some() => "ftp",
+            Some(e) if resolved.tls_of(e).is_some() => "https",
+            _ => "http",
         })
         .collect();
     let bound: Arc<[BoundListener]> = addrs

@@ -34,15 +34,7 @@ pub(crate) fn load(
     let opened = match policy {
         SymlinkPolicy::InsideRoot => sys::open_beneath(root, rel, OpenPolicy::Beneath),
         SymlinkPolicy::Never => sys::open_beneath(root, rel, OpenPolicy::NoSymlinks),
-        SymlinkPolicy::OwnerMatch => match sys::open_beneath(root, rel, OpenPolicy::NoSymlinks) {
-            Err(e) if sys::is_symlink_loop(&e) => {
-                if let Err(code) = owners_match(root, rel) {
-                    return Loaded::Refused(code);
-                }
-                sys::open_beneath(root, rel, OpenPolicy::Beneath)
-            }
-            other => other,
-        },
+        SymlinkPolicy::OwnerMatch => sys::open_owner_matched(root, rel),
     };
     let (mut file, stat) = match opened {
         Ok(found) => found,
@@ -136,28 +128,4 @@ fn refusal(e: &io::Error) -> u16 {
             404
         }
     }
-}
-
-/// Apache `SymLinksIfOwnerMatch`: every symlink on the path must have the same owner as
-/// what it points to.
-fn owners_match(root: &File, rel: &[u8]) -> Result<(), u16> {
-    let mut end = 0;
-    while end < rel.len() {
-        end = rel[end..]
-            .iter()
-            .position(|&b| b == b'/')
-            .map_or(rel.len(), |p| end + p);
-        let prefix = &rel[..end];
-        end += 1;
-        let link = sys::stat_beneath(root, prefix).map_err(|e| refusal(&e))?;
-        if !link.is_symlink {
-            continue;
-        }
-        let (_, target) =
-            sys::open_beneath(root, prefix, OpenPolicy::Beneath).map_err(|e| refusal(&e))?;
-        if target.uid != link.uid {
-            return Err(403);
-        }
-    }
-    Ok(())
 }

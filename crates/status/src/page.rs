@@ -173,7 +173,9 @@ pub(crate) fn html(s: &Snapshot, refresh: Option<u32>) -> String {
          <tr><th>last {:.0} s</th><td>{:.1} requests/s</td><td>{}/s</td></tr>\n\
          <tr><th>file cache hits / misses</th><td>{}</td><td>{}</td></tr>\n\
          <tr><th>blocking jobs now / total</th><td>{}</td><td>{}</td></tr>\n\
-         <tr><th>handed off / in messages / refused</th><td>{}</td><td>{} / {}</td></tr>\n</table>\n",
+         <tr><th>handed off / in messages / refused</th><td>{}</td><td>{} / {}</td></tr>\n\
+         <tr><th>FTP sessions now / logins</th><td>{}</td><td>{}</td></tr>\n\
+         <tr><th>FTP files / listings / bytes</th><td>{} / {}</td><td>{}</td></tr>\n</table>\n",
         s.requests,
         s.requests as f64 / up,
         bytes(s.body_bytes as f64),
@@ -187,7 +189,12 @@ pub(crate) fn html(s: &Snapshot, refresh: Option<u32>) -> String {
         s.blocking_total,
         s.handoff.connections,
         s.handoff.messages,
-        s.handoff.refused
+        s.handoff.refused,
+        s.ftp.sessions,
+        s.ftp.logins,
+        s.ftp.files,
+        s.ftp.listings,
+        bytes(s.ftp.bytes as f64)
     );
     let c = &s.connections;
     let _ = write!(

@@ -216,10 +216,42 @@ pub(crate) fn render(s: &Snapshot) -> String {
             "HTTP/2 connections closed with GOAWAY as floods.",
             s.http2.2,
         ),
+        (
+            "ramjet_ftp_logins_total",
+            "FTP logins (anonymous).",
+            s.ftp.logins,
+        ),
+        (
+            "ramjet_ftp_files_total",
+            "Files sent whole over FTP.",
+            s.ftp.files,
+        ),
+        (
+            "ramjet_ftp_listings_total",
+            "Directory listings sent over FTP.",
+            s.ftp.listings,
+        ),
+        (
+            "ramjet_ftp_bytes_total",
+            "Bytes sent on FTP data connections.",
+            s.ftp.bytes,
+        ),
+        (
+            "ramjet_ftp_data_refused_total",
+            "FTP data connections refused: from another address than the control one's.",
+            s.ftp.refused,
+        ),
     ] {
         family(&mut o, name, "counter", help);
         let _ = writeln!(o, "{name} {v}");
     }
+    family(
+        &mut o,
+        "ramjet_ftp_sessions",
+        "gauge",
+        "FTP control connections open now.",
+    );
+    let _ = writeln!(o, "ramjet_ftp_sessions {}", s.ftp.sessions);
     family(
         &mut o,
         "ramjet_downloads",

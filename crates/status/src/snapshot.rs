@@ -8,6 +8,20 @@ use ramjet_observe::stats::{self, Waiting};
 /// Most downloads the status page lists (the slowest first).
 pub const DOWNLOADS_LISTED: usize = 20;
 
+/// FTP's counters, added over the workers.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Ftp {
+    /// Control connections open now.
+    pub sessions: u64,
+    pub logins: u64,
+    /// Files sent whole, listings sent, data bytes sent.
+    pub files: u64,
+    pub listings: u64,
+    pub bytes: u64,
+    /// Data connections refused: from another address than the control connection's.
+    pub refused: u64,
+}
+
 /// Hand-off totals (see [`Snapshot::handoff`]).
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct Handoffs {
@@ -101,6 +115,7 @@ pub struct Snapshot {
     pub tls_handshakes: (u64, u64, u64),
     /// HTTP/2 connections, streams, and connections closed as floods.
     pub http2: (u64, u64, u64),
+    pub ftp: Ftp,
     pub locations: Vec<LocationCounts>,
     pub workers: Vec<WorkerCounts>,
     pub upstreams: Vec<UpstreamServerCounts>,
@@ -220,6 +235,7 @@ impl Snapshot {
         let mut handoff = Handoffs::default();
         let mut tls_handshakes = (0, 0, 0);
         let mut http2 = (0, 0, 0);
+        let mut ftp = Ftp::default();
         let mut per_worker = Vec::new();
         let mut downloads = Vec::new();
         for w in &workers {
@@ -257,6 +273,12 @@ impl Snapshot {
             http2.0 += w.http2_connections.get();
             http2.1 += w.http2_streams.get();
             http2.2 += w.http2_floods.get();
+            ftp.sessions += w.ftp_sessions.get();
+            ftp.logins += w.ftp_logins.get();
+            ftp.files += w.ftp_files.get();
+            ftp.listings += w.ftp_listings.get();
+            ftp.bytes += w.ftp_bytes.get();
+            ftp.refused += w.ftp_refused.get();
             per_worker.push(WorkerCounts {
                 worker: w.worker,
                 requests: w.requests_total(),
@@ -310,6 +332,7 @@ impl Snapshot {
             handoff,
             tls_handshakes,
             http2,
+            ftp,
             locations,
             workers: per_worker,
             upstreams,

@@ -163,6 +163,37 @@ pub fn stat_beneath(dir: &File, path: &[u8]) -> io::Result<FileStat> {
     FileStat::of(&fd)
 }
 
+/// [`open_beneath`] under Apache's `SymLinksIfOwnerMatch`: without symlinks when the path
+/// has none; else every symlink on it must have the owner of what it points to
+/// (`PermissionDenied` when one does not). Blocking: call from the blocking pool.
+pub fn open_owner_matched(dir: &File, path: &[u8]) -> io::Result<(File, FileStat)> {
+    match open_beneath(dir, path, OpenPolicy::NoSymlinks) {
+        Err(e) if is_symlink_loop(&e) => {}
+        other => return other,
+    }
+    let mut end = 0;
+    while end < path.len() {
+        end = path[end..]
+            .iter()
+            .position(|&b| b == b'/')
+            .map_or(path.len(), |p| end + p);
+        let prefix = &path[..end];
+        end += 1;
+        let link = stat_beneath(dir, prefix)?;
+        if !link.is_symlink {
+            continue;
+        }
+        let (_, target) = open_beneath(dir, prefix, OpenPolicy::Beneath)?;
+        if target.uid != link.uid {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "a symlink whose owner is not its target's",
+            ));
+        }
+    }
+    open_beneath(dir, path, OpenPolicy::Beneath)
+}
+
 /// Names in an open directory, without `.` and `..`. Blocking: call from the blocking pool.
 pub fn blocking_read_dir(dir: &File) -> io::Result<Vec<Vec<u8>>> {
     let mut names = Vec::new();

@@ -1,0 +1,174 @@
+//! `[ftp]`: read-only anonymous FTP on the listeners marked `protocol = "ftp"`, serving one
+//! static location of the default site (its root, symlink policy, dot-file rule, access
+//! rules and send rates).
+
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::handler::Handler;
+use crate::resolve::Resolver;
+use crate::resolved::VHost;
+use crate::units::Seconds;
+
+/// vsftpd's `idle_session_timeout`.
+const DEFAULT_IDLE: Duration = Duration::from_secs(300);
+/// vsftpd's `accept_timeout` and `data_connection_timeout` are 60 and 300 s; one minute
+/// for both: a data connection that neither arrives nor moves for a minute is given up.
+const DEFAULT_DATA: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFtp {
+    /// The path of the default site's static location served (default "/").
+    pub location: Option<Spanned<String>>,
+    /// Passive data ports, "LOW-HIGH" (default: any port the kernel picks).
+    pub passive_ports: Option<Spanned<String>>,
+    /// The IPv4 address announced in PASV replies (behind NAT); default the control
+    /// connection's own address.
+    pub passive_address: Option<Spanned<String>>,
+    /// A control connection with no command for this long is closed (421).
+    pub idle_timeout: Option<Seconds>,
+    /// A data connection not opened, or not moving, for this long is given up (425/426).
+    pub data_timeout: Option<Seconds>,
+}
+
+/// `[ftp]`, resolved.
+#[derive(Debug, Clone)]
+pub struct FtpOptions {
+    /// The served location: `vhosts[vhost].locations[location]` (a static one).
+    pub vhost: usize,
+    pub location: usize,
+    /// Passive ports, inclusive; `None`: the kernel's choice.
+    pub passive_ports: Option<(u16, u16)>,
+    pub passive_address: Option<Ipv4Addr>,
+    pub idle: Duration,
+    pub data: Duration,
+}
+
+impl Resolver<'_> {
+    /// `[ftp]` when some listener serves FTP (defaults where it is absent); `None`, and an
+    /// error for a table no listener uses, otherwise.
+    pub(crate) fn ftp(
+        &self,
+        raw: Option<&Spanned<RawFtp>>,
+        any_listener: bool,
+        vhosts: &[VHost],
+        default_vhost: usize,
+    ) -> Option<FtpOptions> {
+        if !any_listener {
+            if let Some(t) = raw {
+                self.keep::<()>(Err(self.err(
+                    Some(t.span()),
+                    "ftp",
+                    "no listener serves FTP: add `{ address = \"[::]:21\", protocol = \"ftp\" }` \
+                     to `listen`"
+                        .into(),
+                )));
+            }
+            return None;
+        }
+        let empty = RawFtp::default();
+        let t = raw.map_or(&empty, Spanned::get_ref);
+        let wanted = t.location.as_ref().map_or("/", |l| l.get_ref().as_str());
+        let at = t.location.as_ref().map(Spanned::span);
+        let site = vhosts.get(default_vhost);
+        let found = site.and_then(|v| {
+            v.locations
+                .iter()
+                .position(|l| l.prefix.trim_end_matches('/') == wanted.trim_end_matches('/'))
+        });
+        let location = match found {
+            Some(i) => {
+                let l = &site.expect("found in it").locations[i];
+                if !l.handlers.contains(&Handler::Static) || l.statics.is_none() {
+                    self.keep::<()>(Err(self.err(
+                        at,
+                        "ftp.location",
+                        format!("location `{wanted}` does not serve files (no `static` handler)"),
+                    )));
+                    None
+                } else if l.auth.is_some() {
+                    self.keep::<()>(Err(self.err(
+                        at,
+                        "ftp.location",
+                        format!(
+                            "location `{wanted}` asks for a password: FTP here serves \
+                             anonymous users only"
+                        ),
+                    )));
+                    None
+                } else {
+                    Some(i)
+                }
+            }
+            None => {
+                self.keep::<()>(Err(self.err(
+                    at,
+                    "ftp.location",
+                    format!("the default site has no location `{wanted}` to serve over FTP"),
+                )));
+                None
+            }
+        };
+        let passive_ports = t.passive_ports.as_ref().and_then(|p| {
+            self.keep(parse_ports(p.get_ref()).ok_or_else(|| {
+                self.err(
+                    Some(p.span()),
+                    "ftp.passive_ports",
+                    format!(
+                        "`{}` is not a port range (e.g. \"50000-50999\", from 1024 up)",
+                        p.get_ref()
+                    ),
+                )
+            }))
+        });
+        let passive_address = t.passive_address.as_ref().and_then(|a| {
+            self.keep(a.get_ref().parse::<Ipv4Addr>().map_err(|_| {
+                self.err(
+                    Some(a.span()),
+                    "ftp.passive_address",
+                    format!(
+                        "`{}` is not an IPv4 address (PASV announces only IPv4; EPSV needs none)",
+                        a.get_ref()
+                    ),
+                )
+            }))
+        });
+        Some(FtpOptions {
+            vhost: default_vhost,
+            location: location?,
+            passive_ports,
+            passive_address,
+            idle: t.idle_timeout.map_or(DEFAULT_IDLE, |s| s.0),
+            data: t.data_timeout.map_or(DEFAULT_DATA, |s| s.0),
+        })
+    }
+}
+
+/// "LOW-HIGH" with 1024 <= LOW <= HIGH (one port: "N").
+fn parse_ports(s: &str) -> Option<(u16, u16)> {
+    let (lo, hi) = s.split_once('-').unwrap_or((s, s));
+    let lo: u16 = lo.trim().parse().ok()?;
+    let hi: u16 = hi.trim().parse().ok()?;
+    (lo >= 1024 && lo <= hi).then_some((lo, hi))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_ports;
+
+    #[test]
+    fn port_ranges() {
+        assert_eq!(parse_ports("50000-50999"), Some((50000, 50999)));
+        assert_eq!(parse_ports("60000"), Some((60000, 60000)));
+        assert_eq!(parse_ports(" 1024 - 1024 "), Some((1024, 1024)));
+        assert_eq!(parse_ports("1023-2000"), None);
+        assert_eq!(parse_ports("3000-2000"), None);
+        assert_eq!(parse_ports("a-b"), None);
+        assert_eq!(parse_ports("70000"), None);
+        assert_eq!(parse_ports(""), None);
+    }
+}
