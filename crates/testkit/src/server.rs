@@ -27,6 +27,8 @@ pub struct Server {
     pub addr: SocketAddr,
     /// The first TLS listener's address, if the configuration has one.
     pub tls_addr: Option<SocketAddr>,
+    /// The first FTP listener's address, if the configuration has one.
+    pub ftp_addr: Option<SocketAddr>,
     /// Temporary directory: `root/` is the document root; the config file lives beside it.
     pub dir: tempfile::TempDir,
     pub config_path: PathBuf,
@@ -72,14 +74,14 @@ impl Server {
                 if let Some(rest) = line.split("listening on ").nth(1) {
                     let url = rest.split(' ').next().unwrap_or("").to_string();
                     let _ = tx.send(Some(url));
-                } else if line.contains(" open http") {
+                } else if line.contains(" open http") || line.contains(" open ftp") {
                     let _ = tx.send(None);
                 }
                 lines.lock().unwrap().push(line);
             }
         });
         let deadline = Instant::now() + START_TIMEOUT;
-        let (mut addr, mut tls_addr) = (None, None);
+        let (mut addr, mut tls_addr, mut ftp_addr) = (None, None, None);
         loop {
             let wait = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(wait) {
@@ -88,11 +90,13 @@ impl Server {
                     let a: SocketAddr = a.parse().expect("listening address");
                     if scheme == "https" {
                         tls_addr.get_or_insert(a);
+                    } else if scheme == "ftp" {
+                        ftp_addr.get_or_insert(a);
                     } else {
                         addr.get_or_insert(a);
                     }
                 }
-                Ok(None) if addr.is_some() || tls_addr.is_some() => break,
+                Ok(None) if addr.is_some() || tls_addr.is_some() || ftp_addr.is_some() => break,
                 Ok(None) => {}
                 Err(_) => {
                     let _ = child.kill();
@@ -102,8 +106,9 @@ impl Server {
         }
         Server {
             child: Some(child),
-            addr: addr.or(tls_addr).expect("a listener"),
+            addr: addr.or(tls_addr).or(ftp_addr).expect("a listener"),
             tls_addr,
+            ftp_addr,
             dir,
             config_path,
             stderr,

@@ -16,6 +16,7 @@ mod docs;
 mod edges;
 mod files;
 mod fleet;
+mod ftp;
 mod handoff;
 mod handoff_apache;
 mod http2;
