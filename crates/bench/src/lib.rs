@@ -15,6 +15,7 @@
 mod closed;
 mod exchange;
 mod fleet;
+mod ftp;
 mod http2;
 mod open;
 mod plot;
@@ -29,6 +30,7 @@ mod tls;
 
 pub use closed::{run, run_counted};
 pub use fleet::run_processes;
+pub use ftp::{parse_ftp_url, run_ftp, FtpReport, FtpSpec};
 pub use plot::sweep_svg;
 pub use progress::{Counter, Progress};
 pub use report::{Errors, Report};

@@ -115,6 +115,10 @@ pub struct BenchArgs {
     /// the receive buffer must hold rate x this).
     #[arg(long, default_value = "500ms", value_parser = ramjet_bench::parse_duration)]
     read_every: Duration,
+    /// FTP (an ftp:// URL): log -c sessions in, hold them idle for -d, then QUIT them (for
+    /// memory per idle control connection).
+    #[arg(long)]
+    hold: bool,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -146,6 +150,9 @@ fn https_as_http(url: &str) -> String {
 pub fn bench(args: BenchArgs) -> anyhow::Result<()> {
     if !args.plot.is_empty() {
         return plot(&args);
+    }
+    if args.urls.iter().any(|u| u.starts_with("ftp://")) {
+        return ftp(&args);
     }
     // `https://` only with --h2 (HTTP/2 over TLS), every URL of the run the same scheme.
     let tls = args.urls.iter().any(|u| u.starts_with("https://"));
@@ -416,6 +423,64 @@ fn slow(args: &BenchArgs, targets: Vec<Target>) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         print!("{}", report.text());
+    }
+    Ok(())
+}
+
+/// `ramjet bench ftp://HOST:PORT/[FILE]`: sessions of login, RETR FILE (if given) and QUIT
+/// by -c tasks at once, for -d or -n sessions; or --hold.
+fn ftp(args: &BenchArgs) -> anyhow::Result<()> {
+    let [url] = args.urls.as_slice() else {
+        bail!("FTP load takes one ftp:// URL");
+    };
+    let (addr, path) = ramjet_bench::parse_ftp_url(url).map_err(anyhow::Error::msg)?;
+    let spec = ramjet_bench::FtpSpec {
+        addr,
+        path,
+        connections: args.connections.max(1),
+        sessions: args.requests,
+        duration: args
+            .duration
+            .unwrap_or(Duration::from_secs(if args.requests.is_some() {
+                3600
+            } else {
+                10
+            })),
+        timeout: args.timeout,
+        discard: args.discard_body,
+        hold: args.hold,
+    };
+    let report = ramjet_bench::run_ftp(spec, args.cpus.first().copied());
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else if args.hold {
+        println!(
+            "held {} sessions ({} errors){}",
+            report.held,
+            report.errors,
+            report
+                .first_error
+                .as_deref()
+                .map_or(String::new(), |e| format!("; first error: {e}"))
+        );
+    } else {
+        println!(
+            "{} sessions in {:.2} s: {:.1}/s, {:.2} Gbit/s; session p50 {:.2} ms, p99 {:.2} ms; {} errors{}",
+            report.sessions,
+            report.seconds,
+            report.sessions_per_second,
+            report.gbit_per_second,
+            report.p50_ms,
+            report.p99_ms,
+            report.errors,
+            report
+                .first_error
+                .as_deref()
+                .map_or(String::new(), |e| format!(" (first: {e})"))
+        );
+    }
+    if report.errors > 0 && report.sessions == 0 {
+        bail!("every session failed");
     }
     Ok(())
 }

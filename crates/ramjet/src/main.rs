@@ -231,6 +231,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
         l
     };
+    for (at, entry) in listeners.entries.iter().enumerate() {
+        if entry.is_some_and(|e| resolved.ftp_of(e).is_some()) {
+            listeners
+                .server_speaks_first(at)
+                .context("an FTP listener")?;
+        }
+    }
     // What a USR2 upgrade passes on: every socket the workers will accept on.
     let passable = upgrade::passable(&listeners).context("listeners for upgrades")?;
     let access_log = AccessLog::open(&resolved.access_log).context("opening the access log")?;

@@ -28,6 +28,21 @@ pub struct Listeners {
     pub entries: Vec<Option<usize>>,
 }
 
+impl Listeners {
+    /// Connections to address `at` wait for the server to speak first (FTP's greeting):
+    /// its sockets go without `TCP_DEFER_ACCEPT`, which would hold each new connection in
+    /// the kernel for the whole deferral, waiting for bytes that never come first.
+    pub fn server_speaks_first(&self, at: usize) -> io::Result<()> {
+        use std::os::fd::AsFd;
+        for (a, listener) in self.per_worker.iter().flatten() {
+            if *a == at {
+                crate::sys::defer_accept(listener.as_fd(), 0)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Bind every address once per worker. A port of 0 is resolved by the first bind and the
 /// same port is then used by the other workers. An IPv6 wildcard that cannot be bound
 /// because the host has no IPv6 is skipped with a warning.
