@@ -105,7 +105,8 @@ pub struct BenchArgs {
     /// Processes for --slow (default: as many as the per-process open-file limit needs).
     #[arg(long)]
     processes: Option<usize>,
-    /// Connection attempts in flight at once per process (--slow).
+    /// Connection attempts in flight at once per process (--slow), logins in flight at once
+    /// (FTP --hold).
     #[arg(long, default_value_t = 256)]
     connect_concurrency: usize,
     /// SO_RCVBUF per connection for --slow (the kernel doubles it).
@@ -449,6 +450,7 @@ fn ftp(args: &BenchArgs) -> anyhow::Result<()> {
         timeout: args.timeout,
         discard: args.discard_body,
         hold: args.hold,
+        connect_at_once: args.connect_concurrency,
     };
     let report = ramjet_bench::run_ftp(spec, args.cpus.first().copied());
     if args.json {

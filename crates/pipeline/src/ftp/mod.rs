@@ -154,7 +154,9 @@ impl State {
                 ftp,
                 location,
             };
-            if !self.act(w, ctl, action, here).await {
+            // Boxed: the session's future, held while it waits idle, stays the size of its
+            // wait for a line, not of the largest command's work.
+            if !Box::pin(self.act(w, ctl, action, here)).await {
                 return;
             }
             if w.stopping.get() {

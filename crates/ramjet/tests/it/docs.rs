@@ -76,6 +76,7 @@ fn config_reference_documents_exactly_the_accepted_keys() {
         "upstream",
         "acme",
         "cache",
+        "ftp",
     ];
     let cases = [
         ("Top level", ""),
@@ -91,6 +92,7 @@ fn config_reference_documents_exactly_the_accepted_keys() {
         ),
         ("`[acme]`", "[acme]\nstate_dir = \"s\""),
         ("`[cache.NAME]`", "[cache.a]"),
+        ("`[ftp]`", "[ftp]"),
     ];
     for (heading, src) in cases {
         let mut want = accepted(src);
