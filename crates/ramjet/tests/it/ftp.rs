@@ -597,3 +597,51 @@ fn ftp_configuration_errors() {
     ));
     assert!(e.contains("protocol") && e.contains("gopher"), "{e}");
 }
+
+/// A reload applies to each command from then on; a transfer running across it finishes.
+#[test]
+fn a_reload_applies_to_the_next_command_and_a_transfer_finishes() {
+    let body = bytes(400_000, 7);
+    let config = |dotfiles: bool| {
+        format!(
+            "{FTP_LISTEN}[[location]]\nroot = \"root\"\nlimit_rate = \"200k\"\nautoindex_dotfiles = {dotfiles}\n"
+        )
+    };
+    let s = server_with(&[("big", &body), (".dot", b"x")], &config(false));
+    let mut c = Ftp::logged_in(ftp_addr(&s));
+    assert_eq!(c.fetch("NLST").0, b"big\r\n");
+    let data = c.epsv();
+    assert_eq!(c.cmd("RETR big").0, 150);
+    let mut d = TcpStream::connect(data).unwrap();
+    let mut got = vec![0u8; 1000];
+    d.read_exact(&mut got).unwrap();
+    s.rewrite_config(&config(true));
+    s.signal(libc::SIGHUP);
+    assert!(s.wait_for_log("reloaded", Duration::from_secs(20)));
+    d.read_to_end(&mut got).unwrap();
+    assert!(got == body, "the transfer finished across the reload");
+    assert_eq!(c.reply().0, 226);
+    assert_eq!(
+        c.fetch("NLST").0,
+        b".dot\r\nbig\r\n",
+        "the new configuration"
+    );
+}
+
+/// `limit_req` counts transfers: past it, 450 and a log line; CR inside a path is 501.
+#[test]
+fn the_request_rate_counts_transfers() {
+    let s = server_with(
+        &[("f", b"x")],
+        &format!("{FTP_LISTEN}[[location]]\nroot = \"root\"\nlimit_req = \"1r/m\"\n"),
+    );
+    let mut c = Ftp::logged_in(ftp_addr(&s));
+    assert_eq!(c.fetch("RETR f"), (b"x".to_vec(), 226));
+    let _data = c.epsv();
+    let (code, text) = c.cmd("RETR f");
+    assert_eq!(code, 450, "{text}");
+    assert!(text.contains("try again in"), "{text}");
+    c.send(b"RETR a\rb\r\n");
+    assert_eq!(c.reply().0, 501, "a CR inside the line");
+    assert_eq!(c.cmd("NOOP").0, 200);
+}
