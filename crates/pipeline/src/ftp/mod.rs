@@ -240,13 +240,12 @@ impl State {
             Ok(ip) => ip,
             Err(_) => return self.no_passive(b"Cannot open a data port."),
         };
-        let announced = match (extended, local, here.ftp.passive_address) {
-            (false, _, Some(v4)) => Some(v4),
-            (false, IpAddr::V4(v4), None) => Some(v4),
-            (false, IpAddr::V6(_), None) => {
+        let announced = match (extended, local) {
+            (false, IpAddr::V4(v4)) => Some(here.ftp.passive_address.unwrap_or(v4)),
+            (false, IpAddr::V6(_)) => {
                 return self.no_passive(b"PASV is IPv4 only: use EPSV.");
             }
-            (true, _, _) => None,
+            (true, _) => None,
         };
         let opened = match Passive::open(local, here.ftp.passive_ports) {
             Ok(p) => p,

@@ -645,3 +645,29 @@ fn the_request_rate_counts_transfers() {
     assert_eq!(c.reply().0, 501, "a CR inside the line");
     assert_eq!(c.cmd("NOOP").0, 200);
 }
+
+/// `passive_address` is what PASV announces (behind NAT); `passive_ports` where the data
+/// listener is; PASV over IPv6 is refused (EPSV works there).
+#[test]
+fn passive_address_and_ports() {
+    let port = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap().port()
+    };
+    let s = ftp_server(
+        &[],
+        &format!("[ftp]\npassive_address = \"192.0.2.7\"\npassive_ports = \"{port}-{port}\"\n"),
+    );
+    let mut c = Ftp::logged_in(ftp_addr(&s));
+    let (code, text) = c.cmd("PASV");
+    assert_eq!(code, 227);
+    assert!(
+        text.contains(&format!("(192,0,2,7,{},{})", port >> 8, port & 0xff)),
+        "{text}"
+    );
+    assert_eq!(c.epsv().port(), port, "the one port of the range");
+    let mut v6 = Ftp::logged_in(ftp_addr_v6(&s));
+    assert_eq!(v6.cmd("PASV").0, 425, "PASV is IPv4 only");
+    let data = v6.epsv();
+    assert!(data.is_ipv6());
+}
