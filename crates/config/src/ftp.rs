@@ -33,6 +33,8 @@ pub struct RawFtp {
     pub idle_timeout: Option<Seconds>,
     /// A data connection not opened, or not moving, for this long is given up (425/426).
     pub data_timeout: Option<Seconds>,
+    /// Serve PORT and EPRT (active mode), to the client's own address only.
+    pub active: Option<bool>,
 }
 
 /// `[ftp]`, resolved.
@@ -46,6 +48,8 @@ pub struct FtpOptions {
     pub passive_address: Option<Ipv4Addr>,
     pub idle: Duration,
     pub data: Duration,
+    /// PORT and EPRT are served (to the control connection's client address only).
+    pub active: bool,
 }
 
 impl Resolver<'_> {
@@ -144,6 +148,7 @@ impl Resolver<'_> {
             passive_address,
             idle: t.idle_timeout.map_or(DEFAULT_IDLE, |s| s.0),
             data: t.data_timeout.map_or(DEFAULT_DATA, |s| s.0),
+            active: t.active.unwrap_or(false),
         })
     }
 }

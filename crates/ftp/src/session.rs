@@ -17,6 +17,11 @@ pub enum Action {
     Passive {
         extended: bool,
     },
+    /// Active mode (`PORT`, `EPRT`, when allowed): the next transfer connects to `addr`,
+    /// if the I/O side finds it is the client's own address (200), else it refuses it.
+    Active {
+        addr: std::net::SocketAddr,
+    },
     /// Send the file at `path` (a path in the tree) from `offset` over the data connection.
     Retrieve {
         path: Vec<u8>,
@@ -74,8 +79,11 @@ pub struct Session {
     cwd: Vec<u8>,
     transfer: TransferType,
     rest: u64,
+    /// A data connection is arranged (a passive listener, or an active address).
     passive: bool,
     epsv_all: bool,
+    /// PORT and EPRT are served.
+    active: bool,
 }
 
 impl Default for Session {
@@ -123,6 +131,15 @@ impl Session {
             rest: 0,
             passive: false,
             epsv_all: false,
+            active: false,
+        }
+    }
+
+    /// A session that serves PORT and EPRT (active mode; off by default: FTP bounce).
+    pub fn with_active_mode() -> Session {
+        Session {
+            active: true,
+            ..Session::new()
         }
     }
 
@@ -226,8 +243,19 @@ impl Session {
             }
             Command::StruFile => say(200, "Structure set to F."),
             Command::ModeStream => say(200, "Mode set to S."),
-            Command::Port(_) | Command::Eprt(_) => {
+            Command::Port(_) | Command::Eprt(_) if !self.active => {
                 say(502, "Active mode (PORT, EPRT) is off: use PASV or EPSV.")
+            }
+            Command::Port(_) | Command::Eprt(_) if self.epsv_all => {
+                say(503, "EPSV ALL was sent: use EPSV.")
+            }
+            Command::Port(a) => {
+                self.passive = true;
+                (None, Action::Active { addr: a.into() })
+            }
+            Command::Eprt(addr) => {
+                self.passive = true;
+                (None, Action::Active { addr })
             }
             Command::Pasv if self.epsv_all => say(503, "EPSV ALL was sent: use EPSV."),
             Command::Pasv => {
@@ -350,6 +378,33 @@ mod tests {
         assert_eq!(run(&mut s, "USER anonymous").0, 331);
         assert_eq!(run(&mut s, "PASS me@example.org").0, 230);
         assert_eq!(run(&mut s, "PWD").0, 257);
+    }
+
+    #[test]
+    fn active_mode_when_allowed() {
+        let mut s = Session::with_active_mode();
+        run(&mut s, "USER ftp");
+        run(&mut s, "PASS");
+        assert_eq!(
+            run(&mut s, "PORT 127,0,0,1,4,1"),
+            (
+                0,
+                Action::Active {
+                    addr: "127.0.0.1:1025".parse().unwrap()
+                }
+            )
+        );
+        assert!(matches!(run(&mut s, "RETR a").1, Action::Retrieve { .. }));
+        s.data_used();
+        assert_eq!(run(&mut s, "RETR a").0, 425, "one transfer per PORT");
+        assert_eq!(
+            run(&mut s, "EPRT |2|::1|5282|").1,
+            Action::Active {
+                addr: "[::1]:5282".parse().unwrap()
+            }
+        );
+        assert_eq!(run(&mut s, "EPSV ALL").0, 200);
+        assert_eq!(run(&mut s, "PORT 127,0,0,1,4,1").0, 503, "EPSV ALL holds");
     }
 
     #[test]

@@ -71,8 +71,9 @@ impl Stamp {
     }
 }
 
-/// Howard Hinnant's days-to-civil algorithm (proleptic Gregorian, UTC).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
+/// Howard Hinnant's days-to-civil algorithm (proleptic Gregorian, UTC): the year, month
+/// and day of a count of days since 1970-01-01.
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
     let z = z + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);

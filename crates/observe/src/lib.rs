@@ -15,5 +15,5 @@ pub mod stats;
 
 pub use access_log::{AccessLog, LogBuffer};
 pub use diagnostics::init_diagnostics;
-pub use format::{Entry, UpstreamLog};
+pub use format::{civil_from_days, Entry, UpstreamLog};
 pub use options::{AccessLogOptions, LogFormat, LogTarget};

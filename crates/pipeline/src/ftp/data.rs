@@ -10,6 +10,53 @@ use std::time::Duration;
 use ramjet_observe::stats::WorkerStats;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
+/// How the next data connection is made.
+pub(super) enum Data {
+    /// The client connects to our listener (PASV, EPSV).
+    Passive(Passive),
+    /// We connect to the client (PORT, EPRT; its address was checked to be the client's).
+    Active(SocketAddr),
+}
+
+impl Data {
+    /// The data connection: accepted from `client`'s address, or made to the active
+    /// address from `local`, within `timeout`.
+    pub(super) async fn open(
+        self,
+        client: IpAddr,
+        local: IpAddr,
+        timeout: Duration,
+        stats: &WorkerStats,
+    ) -> io::Result<TcpStream> {
+        match self {
+            Data::Passive(p) => p.accept(client, timeout, stats).await,
+            Data::Active(to) => {
+                let socket = match local {
+                    IpAddr::V4(_) => TcpSocket::new_v4()?,
+                    IpAddr::V6(_) => TcpSocket::new_v6()?,
+                };
+                socket.bind(SocketAddr::new(local, 0))?;
+                let to = match (local, to.ip()) {
+                    // A dual-stack socket's IPv4 client, named as IPv4 by PORT.
+                    (IpAddr::V6(_), IpAddr::V4(v4)) => {
+                        SocketAddr::new(IpAddr::V6(v4.to_ipv6_mapped()), to.port())
+                    }
+                    _ => to,
+                };
+                tokio::time::timeout(timeout, socket.connect(to))
+                    .await
+                    .map_err(|_| io::Error::from(io::ErrorKind::TimedOut))?
+            }
+        }
+    }
+}
+
+/// Whether PORT/EPRT's `to` may be connected to for a client at `client`: its own address
+/// (never a third party's: FTP bounce) and an unprivileged port.
+pub(super) fn active_allowed(to: SocketAddr, client: IpAddr) -> bool {
+    ramjet_shaping::canonical(to.ip()) == ramjet_shaping::canonical(client) && to.port() >= 1024
+}
+
 /// An open passive listener, waiting for its data connection.
 pub(super) struct Passive {
     listener: TcpListener,
@@ -95,6 +142,24 @@ pub(super) fn local_ip(control: &TcpStream) -> io::Result<IpAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn active_mode_only_to_the_client_itself() {
+        let client: IpAddr = "192.0.2.1".parse().unwrap();
+        assert!(active_allowed("192.0.2.1:1024".parse().unwrap(), client));
+        assert!(active_allowed(
+            "[::ffff:192.0.2.1]:5000".parse().unwrap(),
+            client
+        ));
+        assert!(
+            !active_allowed("192.0.2.1:1023".parse().unwrap(), client),
+            "privileged"
+        );
+        assert!(
+            !active_allowed("192.0.2.2:2000".parse().unwrap(), client),
+            "bounce"
+        );
+    }
 
     #[tokio::test]
     async fn ports_come_from_the_range_and_a_full_range_fails() {

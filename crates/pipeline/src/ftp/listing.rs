@@ -162,19 +162,10 @@ fn long(e: &Entry, now: i64, out: &mut Vec<u8>) {
     out.extend_from_slice(&e.name);
 }
 
-/// UTC calendar fields of a Unix time (Howard Hinnant's days-from-civil, inverted).
+/// UTC calendar fields of a Unix time.
 fn civil(t: i64) -> (i64, u32, u32, u32, u32, u32) {
-    let days = t.div_euclid(86_400);
+    let (y, m, d) = ramjet_observe::civil_from_days(t.div_euclid(86_400));
     let secs = t.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
     (
         y,
         m,

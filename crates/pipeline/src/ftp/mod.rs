@@ -26,7 +26,7 @@ use crate::content::Content;
 use crate::response::Body;
 use crate::worker::{Generation, HttpWorker};
 use control::{Control, Line};
-use data::Passive;
+use data::{Data, Passive};
 use listing::View;
 use transfer::Sent;
 
@@ -79,8 +79,13 @@ pub(crate) async fn serve<C: Content>(
     {
         return;
     }
+    let active = w.current().config.ftp_of(entry).is_some_and(|f| f.active);
     let mut s = State {
-        session: Session::new(),
+        session: if active {
+            Session::with_active_mode()
+        } else {
+            Session::new()
+        },
         passive: None,
         peer,
         entry,
@@ -91,7 +96,8 @@ pub(crate) async fn serve<C: Content>(
 /// One control connection's state beside the sans-I/O session.
 struct State {
     session: Session,
-    passive: Option<Passive>,
+    /// The next transfer's data connection, once PASV/EPSV or PORT/EPRT arranged it.
+    passive: Option<Data>,
     peer: SocketAddr,
     entry: usize,
 }
@@ -180,6 +186,19 @@ impl State {
             Action::None => return true,
             Action::Quit => return false,
             Action::Passive { extended } => self.passive(ctl, here, extended),
+            Action::Active { addr } => {
+                self.passive = None;
+                if data::active_allowed(addr, self.peer.ip()) {
+                    self.passive = Some(Data::Active(addr));
+                    Reply::new(200, b"PORT command successful.")
+                } else {
+                    self.session.data_used();
+                    Reply::new(
+                        501,
+                        b"PORT must name your own address and a port from 1024.",
+                    )
+                }
+            }
             Action::Abort => {
                 self.passive = None;
                 self.session.data_used();
@@ -255,7 +274,7 @@ impl State {
             }
         };
         let port = opened.port();
-        self.passive = Some(opened);
+        self.passive = Some(Data::Passive(opened));
         match announced {
             None => Reply::new(
                 229,
@@ -278,8 +297,9 @@ impl State {
         Reply::new(425, text)
     }
 
-    /// The passive listener for a transfer (the session asked for one), or the 425 sent.
-    async fn take_passive(&mut self, ctl: &mut Control, gen: &Generation) -> Option<Passive> {
+    /// The data connection's plan for a transfer (the session asked for one), or the 425
+    /// sent.
+    async fn take_passive(&mut self, ctl: &mut Control, gen: &Generation) -> Option<Data> {
         self.session.data_used();
         let p = self.passive.take();
         if p.is_none() {
@@ -300,19 +320,10 @@ impl State {
         offset: u64,
     ) -> bool {
         let gen = here.gen;
-        let Some(passive) = self.take_passive(ctl, gen).await else {
-            return true;
+        let (passive, line, started) = match self.begin(w, ctl, here, b"RETR ", &path).await {
+            Ok(begun) => begun,
+            Err(open) => return open,
         };
-        let started = std::time::Instant::now();
-        let mut line = b"RETR ".to_vec();
-        line.extend_from_slice(&path);
-        let log = |code: u16, bytes: u64| {
-            record(w, self.peer.ip(), &line, code, bytes, started);
-        };
-        if let Some(reply) = self.over_rate(here) {
-            log(reply.code(), 0);
-            return ctl.send(&reply, gen).await.is_ok();
-        }
         let opened = here.open(path.clone()).await;
         let (file, stat) = match opened {
             Ok((file, stat)) if stat.is_file => (file, stat),
@@ -351,21 +362,15 @@ impl State {
         form: Listing,
     ) -> bool {
         let gen = here.gen;
-        let Some(passive) = self.take_passive(ctl, gen).await else {
-            return true;
-        };
-        let started = std::time::Instant::now();
         let verb: &[u8] = match form {
             Listing::Long { .. } => b"LIST ",
             Listing::Names { .. } => b"NLST ",
             Listing::Machine => b"MLSD ",
         };
-        let mut line = verb.to_vec();
-        line.extend_from_slice(&path);
-        if let Some(reply) = self.over_rate(here) {
-            record(w, self.peer.ip(), &line, reply.code(), 0, started);
-            return ctl.send(&reply, gen).await.is_ok();
-        }
+        let (passive, line, started) = match self.begin(w, ctl, here, verb, &path).await {
+            Ok(begun) => begun,
+            Err(open) => return open,
+        };
         let entries = match here.entries(path).await {
             Ok(e) => e,
             Err(text) => return self.refuse(w, ctl, gen, &line, text.as_bytes()).await,
@@ -388,6 +393,28 @@ impl State {
             w.stats.ftp_listings.add(1);
         }
         self.finish(w, ctl, gen, &line, sent, started).await
+    }
+
+    /// The start of a transfer: its passive listener (else 425 is sent), its log line (the
+    /// verb and path) and start time, after the location's request rate (450 sent and
+    /// logged past it). `Err(open)` when the transfer ends there.
+    async fn begin<C: Content>(
+        &mut self,
+        w: &Rc<HttpWorker<C>>,
+        ctl: &mut Control,
+        here: Here<'_>,
+        verb: &[u8],
+        path: &[u8],
+    ) -> Result<(Data, Vec<u8>, std::time::Instant), bool> {
+        let passive = self.take_passive(ctl, here.gen).await.ok_or(true)?;
+        let started = std::time::Instant::now();
+        let mut line = verb.to_vec();
+        line.extend_from_slice(path);
+        if let Some(reply) = self.over_rate(here) {
+            record(w, self.peer.ip(), &line, reply.code(), 0, started);
+            return Err(ctl.send(&reply, here.gen).await.is_ok());
+        }
+        Ok((passive, line, started))
     }
 
     /// The location's request rate, counted per transfer: `Some(450)` when over it.
@@ -424,11 +451,16 @@ impl State {
         w: &Rc<HttpWorker<C>>,
         ctl: &mut Control,
         here: Here<'_>,
-        passive: Passive,
+        passive: Data,
         body: Body,
         download: Option<(&[u8], u64)>,
     ) -> Sent {
-        let data = match passive.accept(self.peer.ip(), here.ftp.data, w.stats).await {
+        let local = match data::local_ip(ctl.stream()) {
+            Ok(ip) => ip,
+            Err(e) => return Sent::NoConnection(e),
+        };
+        let opened = passive.open(self.peer.ip(), local, here.ftp.data, w.stats);
+        let data = match opened.await {
             Ok(s) => s,
             Err(e) => return Sent::NoConnection(e),
         };

@@ -671,3 +671,26 @@ fn passive_address_and_ports() {
     let data = v6.epsv();
     assert!(data.is_ipv6());
 }
+
+/// `active = true`: curl's active mode (PORT/EPRT) gets the file; PORT to another address
+/// or a privileged port is refused (FTP bounce).
+#[test]
+fn active_mode_when_configured() {
+    let body = bytes(300_000, 8);
+    let s = ftp_server(&[("f.bin", &body)], "[ftp]\nactive = true\n");
+    for addr in [ftp_addr(&s), ftp_addr_v6(&s)] {
+        let out = run(Command::new("curl")
+            .args(["-s", "-g", "-P", "-"])
+            .arg(format!("ftp://{}/f.bin", fmt_addr(addr))));
+        assert!(out.stdout == body, "active mode over {addr}");
+    }
+    let mut c = Ftp::logged_in(ftp_addr(&s));
+    assert_eq!(c.cmd("PORT 10,1,2,3,20,0").0, 501, "a third party");
+    assert_eq!(c.cmd("PORT 127,0,0,1,0,80").0, 501, "a privileged port");
+    assert_eq!(c.cmd("RETR f.bin").0, 425, "nothing arranged");
+    let log = poll_until(|| {
+        let log = std::fs::read_to_string(s.dir.path().join("access.log")).unwrap_or_default();
+        (log.matches("\"RETR /f.bin\" 226 300000").count() == 2).then_some(log)
+    });
+    assert!(!log.is_empty());
+}
