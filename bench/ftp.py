@@ -133,15 +133,8 @@ class Group:
 
 
 def pss_kb(pids):
-    total = 0
-    for p in pids:
-        try:
-            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total
+    """Proportional set size of the processes, KB: shared pages split between them."""
+    return procstat.sum_kb(pids, "smaps_rollup", "Pss")
 
 
 def start(name, binary):

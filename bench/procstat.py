@@ -57,17 +57,22 @@ def self_signed_cert(work):
     return cert, key
 
 
-def tree_rss_kb(pid):
-    """Resident KB of a process and its live descendants."""
+def sum_kb(pids, file, field):
+    """The sum of a `Field:  N kB` line of /proc/PID/`file` over `pids` (gone ones skipped)."""
     total = 0
-    for p in tree([pid]):
+    for p in pids:
         try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
+            for line in Path(f"/proc/{p}/{file}").read_text().splitlines():
+                if line.startswith(field + ":"):
                     total += int(line.split()[1])
         except OSError:
             pass
     return total
+
+
+def tree_rss_kb(pid):
+    """Resident KB of a process and its live descendants."""
+    return sum_kb(tree([pid]), "status", "VmRSS")
 
 
 def tool_versions(commands):

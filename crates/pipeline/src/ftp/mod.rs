@@ -343,13 +343,8 @@ impl State {
             offset: offset.min(stat.size),
             len,
         };
-        let sent = self
-            .send_data(w, ctl, here, passive, body, Some((&line, len)))
-            .await;
-        if matches!(sent, Sent::Done(_)) {
-            w.stats.ftp_files.add(1);
-        }
-        self.finish(w, ctl, gen, &line, sent, started).await
+        self.deliver(w, ctl, here, passive, body, (&line, started), Some(len))
+            .await
     }
 
     /// LIST, NLST, MLSD: the listing over the data connection.
@@ -388,11 +383,33 @@ impl State {
         } else {
             Body::Bytes(Bytes::from(bytes))
         };
-        let sent = self.send_data(w, ctl, here, passive, body, None).await;
+        self.deliver(w, ctl, here, passive, body, (&line, started), None)
+            .await
+    }
+
+    /// Send a transfer's body and give its last reply (false when the control connection is
+    /// gone); `file`: the length of a file (a listing otherwise), for the counters and the
+    /// status page's downloads.
+    #[allow(clippy::too_many_arguments)]
+    async fn deliver<C: Content>(
+        &mut self,
+        w: &Rc<HttpWorker<C>>,
+        ctl: &mut Control,
+        here: Here<'_>,
+        data: Data,
+        body: Body,
+        (line, started): (&[u8], std::time::Instant),
+        file: Option<u64>,
+    ) -> bool {
+        let download = file.map(|len| (line, len));
+        let sent = self.send_data(w, ctl, here, data, body, download).await;
         if matches!(sent, Sent::Done(_)) {
-            w.stats.ftp_listings.add(1);
+            match file {
+                Some(_) => w.stats.ftp_files.add(1),
+                None => w.stats.ftp_listings.add(1),
+            }
         }
-        self.finish(w, ctl, gen, &line, sent, started).await
+        self.finish(w, ctl, here.gen, line, sent, started).await
     }
 
     /// The start of a transfer: its passive listener (else 425 is sent), its log line (the
