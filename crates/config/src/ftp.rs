@@ -35,6 +35,10 @@ pub struct RawFtp {
     pub data_timeout: Option<Seconds>,
     /// Serve PORT and EPRT (active mode), to the client's own address only.
     pub active: Option<bool>,
+    /// FTPS (RFC 4217, explicit: AUTH TLS) with this certificate.
+    pub tls: Option<Spanned<crate::tls::RawTls>>,
+    /// Refuse USER until the control connection is under TLS.
+    pub tls_required: Option<Spanned<bool>>,
 }
 
 /// `[ftp]`, resolved.
@@ -50,6 +54,12 @@ pub struct FtpOptions {
     pub data: Duration,
     /// PORT and EPRT are served (to the control connection's client address only).
     pub active: bool,
+    /// AUTH TLS is served with this certificate.
+    pub tls: Option<ramjet_tls::Acceptor>,
+    /// The files of `tls` (for `check-config`).
+    pub tls_files: Option<crate::TlsFiles>,
+    /// USER is refused until AUTH TLS.
+    pub tls_required: bool,
 }
 
 impl Resolver<'_> {
@@ -141,6 +151,28 @@ impl Resolver<'_> {
                 )
             }))
         });
+        let tls = t.tls.as_ref().and_then(|f| {
+            let files = self.tls_files(f.get_ref());
+            let provider = ramjet_tls::server::provider();
+            let cert = self.keep(
+                ramjet_tls::load(&files.certificate, &files.key, &provider)
+                    .map_err(|m| self.err(Some(f.span()), "ftp.tls", m)),
+            )?;
+            let acceptor = self.keep(
+                // No ALPN: FTP clients offer none, and a list would refuse those that do.
+                ramjet_tls::Acceptor::new(ramjet_tls::Sites::new(Some(cert.key)), &[])
+                    .map_err(|e| self.err(Some(f.span()), "ftp.tls", e.to_string())),
+            )?;
+            Some((acceptor, files))
+        });
+        let tls_required = t.tls_required.as_ref().is_some_and(|r| *r.get_ref());
+        if tls_required && t.tls.is_none() {
+            self.keep::<()>(Err(self.err(
+                t.tls_required.as_ref().map(Spanned::span),
+                "ftp.tls_required",
+                "needs `tls = { certificate, key }` in [ftp]".into(),
+            )));
+        }
         Some(FtpOptions {
             vhost: default_vhost,
             location: location?,
@@ -149,6 +181,9 @@ impl Resolver<'_> {
             idle: t.idle_timeout.map_or(DEFAULT_IDLE, |s| s.0),
             data: t.data_timeout.map_or(DEFAULT_DATA, |s| s.0),
             active: t.active.unwrap_or(false),
+            tls_files: tls.as_ref().map(|(_, f)| f.clone()),
+            tls: tls.map(|(a, _)| a),
+            tls_required,
         })
     }
 }

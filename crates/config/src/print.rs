@@ -80,6 +80,12 @@ impl Resolved {
             .map(|(i, a)| {
                 let tls = self.tls_files.get(i).and_then(Option::as_ref);
                 let acme = tls.is_none() && self.tls_of(i).is_some();
+                if self.ftp_of(i).is_some() {
+                    return format!(
+                        "{{ address = {}, protocol = \"ftp\" }}",
+                        text(&a.to_string())
+                    );
+                }
                 if !self.expects_proxy_header(i) && tls.is_none() && !acme && self.http2_of(i) {
                     return text(&a.to_string());
                 }
@@ -136,6 +142,25 @@ impl Resolved {
             ("cgi", t.cgi),
         ] {
             let _ = writeln!(o, "{name} = {}", duration(d));
+        }
+
+        if let Some(f) = &self.ftp {
+            let _ = writeln!(o, "\n[ftp]");
+            let location = &self.vhosts[f.vhost].locations[f.location];
+            let _ = writeln!(o, "location = {}", text(&location.prefix));
+            if let Some((lo, hi)) = f.passive_ports {
+                let _ = writeln!(o, "passive_ports = \"{lo}-{hi}\"");
+            }
+            if let Some(a) = f.passive_address {
+                let _ = writeln!(o, "passive_address = \"{a}\"");
+            }
+            let _ = writeln!(o, "idle_timeout = {}", duration(f.idle));
+            let _ = writeln!(o, "data_timeout = {}", duration(f.data));
+            let _ = writeln!(o, "active = {}", f.active);
+            if let Some(t) = &f.tls_files {
+                let _ = writeln!(o, "tls = {}", tls_table(t));
+            }
+            let _ = writeln!(o, "tls_required = {}", f.tls_required);
         }
 
         let _ = writeln!(o, "\n[log]");
@@ -415,6 +440,28 @@ impl Resolved {
 #[cfg(test)]
 mod tests {
     use crate::load_str;
+
+    #[test]
+    fn an_ftp_configuration_prints_and_loads_back() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("pub")).unwrap();
+        let src = "listen = [\"127.0.0.1:0\", { address = \"[::1]:0\", protocol = \"ftp\" }]\n\
+                   [ftp]\nlocation = \"/pub/\"\npassive_ports = \"50000-50009\"\n\
+                   passive_address = \"192.0.2.1\"\nactive = true\nidle_timeout = \"2m\"\n\
+                   [[location]]\npath = \"/pub/\"\nroot = \"pub\"\n";
+        let first = load_str(src, "t.toml", dir.path()).unwrap().to_toml();
+        let again =
+            load_str(&first, "t.toml", dir.path()).unwrap_or_else(|e| panic!("{e}\n{first}"));
+        assert_eq!(again.to_toml(), first);
+        for expected in [
+            "{ address = \"[::1]:0\", protocol = \"ftp\" }",
+            "[ftp]\nlocation = \"/pub/\"\npassive_ports = \"50000-50009\"",
+            "idle_timeout = \"2m\"",
+            "active = true",
+        ] {
+            assert!(first.contains(expected), "{expected} in\n{first}");
+        }
+    }
 
     #[test]
     fn the_printed_configuration_loads_back_to_itself() {

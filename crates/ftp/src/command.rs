@@ -83,9 +83,15 @@ pub enum Command {
     /// A command that would change the tree (STOR, DELE, MKD, RNFR, ...): refused, this
     /// server is read-only. The verb in upper case.
     Write(&'static str),
-    /// A command known but not served (ACCT, REIN, SMNT, SITE, and until FTPS lands AUTH,
-    /// PBSZ, PROT, CCC). The verb in upper case.
+    /// A command known but not served (ACCT, REIN, SMNT, SITE, CCC, LANG). The verb in
+    /// upper case.
     NotServed(&'static str),
+    /// `AUTH TLS` (also `TLS-C` and `SSL`, RFC 4217 §6): the control connection goes TLS.
+    AuthTls,
+    /// `PBSZ n` (RFC 4217 §8): the buffer size, which is 0 for TLS.
+    Pbsz(u64),
+    /// `PROT C` (`false`: data in the clear) or `PROT P` (`true`: data over TLS).
+    Prot(bool),
 }
 
 /// Why a line is refused, with the reply code RFC 959 gives it.
@@ -117,9 +123,7 @@ impl Refused {
 const WRITES: [&str; 11] = [
     "STOR", "STOU", "APPE", "DELE", "RMD", "XRMD", "MKD", "XMKD", "RNFR", "RNTO", "MFMT",
 ];
-const NOT_SERVED: [&str; 9] = [
-    "ACCT", "REIN", "SMNT", "SITE", "AUTH", "PBSZ", "PROT", "CCC", "LANG",
-];
+const NOT_SERVED: [&str; 6] = ["ACCT", "REIN", "SMNT", "SITE", "CCC", "LANG"];
 
 /// Telnet: IAC, and the option negotiations that take one more byte.
 const IAC: u8 = 0xff;
@@ -230,6 +234,23 @@ pub fn parse(raw: &[u8]) -> Result<Command, Refused> {
         "MLST" => Ok(Command::Mlst(arg.map(<[u8]>::to_vec))),
         "STAT" => Ok(Command::Stat(arg.map(<[u8]>::to_vec))),
         "HELP" => Ok(Command::Help(arg.map(<[u8]>::to_vec))),
+        "AUTH" => match arg.map(|a| a.to_ascii_uppercase()).as_deref() {
+            Some(b"TLS" | b"TLS-C" | b"SSL") => Ok(Command::AuthTls),
+            Some(_) => Err(Refused::Parameter("AUTH TLS")),
+            None => Err(Refused::Syntax("a mechanism (TLS)")),
+        },
+        "PBSZ" => {
+            let a = arg.ok_or(Refused::Syntax("a buffer size"))?;
+            decimal(a)
+                .map(Command::Pbsz)
+                .ok_or(Refused::Syntax("a buffer size"))
+        }
+        "PROT" => match arg.map(|a| a.to_ascii_uppercase()).as_deref() {
+            Some(b"C") => Ok(Command::Prot(false)),
+            Some(b"P") => Ok(Command::Prot(true)),
+            Some(b"S" | b"E") => Err(Refused::Parameter("PROT C or P")),
+            _ => Err(Refused::Syntax("C, S, E or P")),
+        },
         _ => Err(Refused::Unknown),
     }
 }
@@ -380,7 +401,14 @@ mod tests {
         assert_eq!(ok("MLSD"), Command::Mlsd(None));
         assert_eq!(ok("STOR x"), Command::Write("STOR"));
         assert_eq!(ok("rnfr a"), Command::Write("RNFR"));
-        assert_eq!(ok("AUTH TLS"), Command::NotServed("AUTH"));
+        assert_eq!(ok("AUTH TLS"), Command::AuthTls);
+        assert_eq!(ok("auth ssl"), Command::AuthTls);
+        assert_eq!(ok("PBSZ 0"), Command::Pbsz(0));
+        assert_eq!(ok("PROT P"), Command::Prot(true));
+        assert_eq!(ok("PROT c"), Command::Prot(false));
+        assert_eq!(parse(b"PROT S").unwrap_err().code(), 504);
+        assert_eq!(parse(b"AUTH GSSAPI").unwrap_err().code(), 504);
+        assert_eq!(ok("CCC"), Command::NotServed("CCC"));
         // A name that is not UTF-8 is kept as bytes.
         assert_eq!(
             parse(b"RETR caf\xe9").unwrap(),

@@ -70,10 +70,16 @@ impl Reply {
         Reply { code, bytes }
     }
 
-    /// FEAT's answer: `211-Features:`, the extensions indented by a space, `211 End`.
-    pub fn features() -> Reply {
+    /// FEAT's answer: `211-Features:`, the extensions indented by a space, `211 End`;
+    /// with `tls`, RFC 4217's AUTH TLS, PBSZ and PROT.
+    pub fn features(tls: bool) -> Reply {
         let mut bytes = b"211-Features:\r\n".to_vec();
-        for f in FEATURES {
+        let secure: &[&str] = if tls {
+            &["AUTH TLS", "PBSZ", "PROT"]
+        } else {
+            &[]
+        };
+        for f in secure.iter().chain(FEATURES.iter()) {
             bytes.push(b' ');
             bytes.extend_from_slice(f.as_bytes());
             bytes.extend_from_slice(b"\r\n");
@@ -108,7 +114,10 @@ mod tests {
             b"257 \"/x??221 bye\" is\r\n",
             "a name cannot end the line"
         );
-        let feat = Reply::features();
+        assert!(Reply::features(true)
+            .bytes()
+            .starts_with(b"211-Features:\r\n AUTH TLS\r\n PBSZ\r\n PROT\r\n EPSV"));
+        let feat = Reply::features(false);
         assert!(feat.bytes().starts_with(b"211-Features:\r\n EPSV\r\n"));
         assert!(
             !feat.bytes().windows(4).any(|w| w == b"EPRT"),

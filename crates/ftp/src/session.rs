@@ -51,6 +51,8 @@ pub enum Action {
     },
     /// Stop the transfer in progress (426 for it, then 226).
     Abort,
+    /// `AUTH TLS` was accepted (234 sent): a TLS handshake on the control connection next.
+    StartTls,
 }
 
 /// The form of a listing.
@@ -84,6 +86,14 @@ pub struct Session {
     epsv_all: bool,
     /// PORT and EPRT are served.
     active: bool,
+    /// AUTH TLS is served; with `tls_required`, nothing but it before the login.
+    tls: bool,
+    tls_required: bool,
+    /// The control connection is under TLS (AUTH TLS done); PBSZ was sent; data
+    /// connections go over TLS (PROT P).
+    secured: bool,
+    pbsz: bool,
+    protect: bool,
 }
 
 impl Default for Session {
@@ -132,15 +142,31 @@ impl Session {
             passive: false,
             epsv_all: false,
             active: false,
+            tls: false,
+            tls_required: false,
+            secured: false,
+            pbsz: false,
+            protect: false,
         }
     }
 
     /// A session that serves PORT and EPRT (active mode; off by default: FTP bounce).
-    pub fn with_active_mode() -> Session {
-        Session {
-            active: true,
-            ..Session::new()
-        }
+    pub fn with_active_mode(mut self) -> Session {
+        self.active = true;
+        self
+    }
+
+    /// A session that serves AUTH TLS, PBSZ and PROT (RFC 4217); with `required`, USER is
+    /// refused until the control connection is under TLS.
+    pub fn with_tls(mut self, required: bool) -> Session {
+        self.tls = true;
+        self.tls_required = required;
+        self
+    }
+
+    /// Data connections are to go over TLS (PROT P on a TLS control connection).
+    pub fn data_protected(&self) -> bool {
+        self.secured && self.protect
     }
 
     /// The current directory (from the tree's root).
@@ -174,6 +200,9 @@ impl Session {
                 | Command::Opts(_)
                 | Command::Host(_)
                 | Command::NotServed(_)
+                | Command::AuthTls
+                | Command::Pbsz(_)
+                | Command::Prot(_)
         );
         if self.login != Login::In && !before_login {
             return say(530, "Please log in with USER and PASS.");
@@ -185,6 +214,10 @@ impl Session {
             (None, Action::List { path, form })
         };
         match cmd {
+            Command::User(_) if self.tls_required && !self.secured => say(
+                530,
+                "TLS is required here: send AUTH TLS first (ftps:// in most clients).",
+            ),
             Command::User(u) if anonymous(&u) => {
                 self.login = Login::User;
                 say(331, "Anonymous login: send any password.")
@@ -207,7 +240,34 @@ impl Session {
             Command::Quit => (Some(Reply::new(221, b"Goodbye.")), Action::Quit),
             Command::Noop | Command::Allo => say(200, "OK."),
             Command::Syst => say(215, "UNIX Type: L8"),
-            Command::Feat => (Some(Reply::features()), Action::None),
+            Command::Feat => (Some(Reply::features(self.tls)), Action::None),
+            Command::AuthTls if !self.tls => say(502, "TLS is not configured here."),
+            Command::AuthTls if self.secured => say(503, "Already under TLS."),
+            Command::AuthTls => {
+                self.secured = true;
+                (
+                    Some(Reply::new(234, b"AUTH TLS ok: start the handshake.")),
+                    Action::StartTls,
+                )
+            }
+            Command::Pbsz(_) if !self.secured => say(503, "AUTH TLS first."),
+            Command::Pbsz(_) => {
+                self.pbsz = true;
+                say(200, "PBSZ=0")
+            }
+            Command::Prot(_) if !self.secured => say(503, "AUTH TLS first."),
+            Command::Prot(true) if !self.pbsz => say(503, "PBSZ first."),
+            Command::Prot(p) => {
+                self.protect = p;
+                say(
+                    200,
+                    if p {
+                        "Data over TLS."
+                    } else {
+                        "Data in the clear."
+                    },
+                )
+            }
             Command::Help(_) => say(214, "See RFC 959; FEAT lists the extensions."),
             Command::Opts(o) if o.eq_ignore_ascii_case(b"UTF8 ON") => {
                 say(200, "Always in UTF8 mode.")
@@ -381,8 +441,29 @@ mod tests {
     }
 
     #[test]
+    fn auth_tls_pbsz_and_prot_in_order() {
+        let mut plain = Session::new();
+        assert_eq!(run(&mut plain, "AUTH TLS").0, 502, "no TLS configured");
+        let mut s = Session::new().with_tls(true);
+        assert_eq!(run(&mut s, "USER ftp").0, 530, "TLS required first");
+        assert_eq!(run(&mut s, "PBSZ 0").0, 503);
+        assert_eq!(run(&mut s, "PROT P").0, 503);
+        assert_eq!(run(&mut s, "AUTH TLS"), (234, Action::StartTls));
+        assert_eq!(run(&mut s, "AUTH TLS").0, 503, "once");
+        assert_eq!(run(&mut s, "PROT P").0, 503, "PBSZ first");
+        assert_eq!(run(&mut s, "PBSZ 0").0, 200);
+        assert!(!s.data_protected());
+        assert_eq!(run(&mut s, "PROT P").0, 200);
+        assert!(s.data_protected());
+        assert_eq!(run(&mut s, "USER ftp").0, 331);
+        assert_eq!(run(&mut s, "PASS x").0, 230);
+        assert_eq!(run(&mut s, "PROT C").0, 200);
+        assert!(!s.data_protected());
+    }
+
+    #[test]
     fn active_mode_when_allowed() {
-        let mut s = Session::with_active_mode();
+        let mut s = Session::new().with_active_mode();
         run(&mut s, "USER ftp");
         run(&mut s, "PASS");
         assert_eq!(

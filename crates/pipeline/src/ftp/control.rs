@@ -1,6 +1,6 @@
 //! The control connection's bytes: lines in (at most `MAX_LINE`, an overlong one refused
-//! once and read past), replies out (bounded by the send timeout). An idle session holds
-//! no read buffer.
+//! once and read past), replies out (bounded by the send timeout), in the clear or, after
+//! AUTH TLS, through a TLS session (`start_tls`). An idle session holds no read buffer.
 
 use std::io;
 use std::time::Duration;
@@ -11,6 +11,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::content::Content;
+use crate::transport::{TlsStream, Transport};
 use crate::worker::{Generation, HttpWorker};
 
 /// What waiting for the next line came to.
@@ -26,7 +27,8 @@ pub(super) enum Line {
 }
 
 pub(super) struct Control {
-    stream: TcpStream,
+    /// `None` only while it moves into a TLS session (`start_tls`), or after that failed.
+    stream: Option<Transport>,
     buf: Vec<u8>,
     /// Inside a line already refused as too long: read past its end.
     discarding: bool,
@@ -35,23 +37,64 @@ pub(super) struct Control {
 impl Control {
     pub(super) fn new(stream: TcpStream) -> Control {
         Control {
-            stream,
+            stream: Some(Transport::Plain(stream)),
             buf: Vec::new(),
             discarding: false,
         }
     }
 
-    pub(super) fn stream(&self) -> &TcpStream {
-        &self.stream
+    /// The address the client reached us at (a data listener's, and an active
+    /// connection's source).
+    pub(super) fn local_ip(&self) -> io::Result<std::net::IpAddr> {
+        let stream = self.stream.as_ref().ok_or(io::ErrorKind::NotConnected)?;
+        super::data::local_ip(stream.socket())
     }
 
     /// A reply, whole, within the send timeout.
     pub(super) async fn send(&mut self, reply: &Reply, gen: &Generation) -> io::Result<()> {
         let timeout = gen.config.timeouts.send;
-        match tokio::time::timeout(timeout, self.stream.write_all(reply.bytes())).await {
+        let stream = self.stream.as_mut().ok_or(io::ErrorKind::NotConnected)?;
+        let write = async move {
+            stream.write_all(reply.bytes()).await?;
+            stream.flush().await
+        };
+        match tokio::time::timeout(timeout, write).await {
             Ok(r) => r,
             Err(_) => Err(io::ErrorKind::TimedOut.into()),
         }
+    }
+
+    /// AUTH TLS was answered 234: the handshake, within `timeout`; the connection is to
+    /// close when it fails.
+    pub(super) async fn start_tls(
+        &mut self,
+        acceptor: &ramjet_tls::Acceptor,
+        timeout: Duration,
+    ) -> io::Result<()> {
+        let session = acceptor.accept().map_err(io::Error::other)?;
+        let tcp = match self.stream.take() {
+            Some(Transport::Plain(tcp)) => tcp,
+            other => {
+                self.stream = other;
+                return Err(io::Error::other("already under TLS"));
+            }
+        };
+        let tls = TlsStream::new(tcp, session);
+        // What the client sent after AUTH TLS, without waiting for 234, is its ClientHello.
+        let early = std::mem::take(&mut self.buf);
+        let fed = tls
+            .feed(&early)
+            .map_err(|e| io::Error::other(e.to_string()));
+        let deadline = tokio::time::Instant::now() + timeout;
+        let done = match fed {
+            Ok(()) => tls
+                .handshake(deadline)
+                .await
+                .map_err(|e| io::Error::other(e.to_string())),
+            Err(e) => Err(e),
+        };
+        self.stream = Some(Transport::Tls(Box::new(tls)));
+        done
     }
 
     /// A complete line already read, if any.
@@ -112,12 +155,15 @@ impl Control {
 
     /// Read what the client sent: `Ok(0)` at its end.
     pub(super) async fn fill(&mut self) -> io::Result<usize> {
+        let stream = self.stream.as_ref().ok_or(io::ErrorKind::NotConnected)?;
         loop {
-            self.stream.readable().await?;
+            if !stream.has_buffered() {
+                stream.readable().await?;
+            }
             if self.buf.capacity() - self.buf.len() < 256 {
                 self.buf.reserve(512);
             }
-            match self.stream.try_read_buf(&mut self.buf) {
+            match stream.try_read_buf(&mut self.buf) {
                 Ok(n) => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Err(e),

@@ -51,6 +51,22 @@ impl Data {
     }
 }
 
+/// PROT P: the data connection's TLS handshake (the client is the TLS client whichever
+/// side connected, RFC 4217 §7), within `timeout`. The acceptor's session cache and
+/// tickets let the client resume its control connection's session.
+pub(super) async fn secure(
+    tcp: TcpStream,
+    acceptor: &ramjet_tls::Acceptor,
+    timeout: Duration,
+) -> io::Result<crate::transport::Transport> {
+    let session = acceptor.accept().map_err(io::Error::other)?;
+    let tls = crate::transport::TlsStream::new(tcp, session);
+    tls.handshake(tokio::time::Instant::now() + timeout)
+        .await
+        .map_err(|e| io::Error::other(format!("data connection TLS: {e}")))?;
+    Ok(crate::transport::Transport::Tls(Box::new(tls)))
+}
+
 /// Whether PORT/EPRT's `to` may be connected to for a client at `client`: its own address
 /// (never a third party's: FTP bounce) and an unprivileged port.
 pub(super) fn active_allowed(to: SocketAddr, client: IpAddr) -> bool {

@@ -79,13 +79,17 @@ pub(crate) async fn serve<C: Content>(
     {
         return;
     }
-    let active = w.current().config.ftp_of(entry).is_some_and(|f| f.active);
+    let mut session = Session::new();
+    if let Some(ftp) = w.current().config.ftp_of(entry) {
+        if ftp.active {
+            session = session.with_active_mode();
+        }
+        if ftp.tls.is_some() {
+            session = session.with_tls(ftp.tls_required);
+        }
+    }
     let mut s = State {
-        session: if active {
-            Session::with_active_mode()
-        } else {
-            Session::new()
-        },
+        session,
         passive: None,
         peer,
         entry,
@@ -186,6 +190,18 @@ impl State {
             Action::None => return true,
             Action::Quit => return false,
             Action::Passive { extended } => self.passive(ctl, here, extended),
+            Action::StartTls => {
+                let Some(acceptor) = &here.ftp.tls else {
+                    return false;
+                };
+                return match ctl.start_tls(acceptor, gen.config.timeouts.header).await {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::debug!("ftp: {}: TLS handshake: {e}", self.peer);
+                        false
+                    }
+                };
+            }
             Action::Active { addr } => {
                 self.passive = None;
                 if data::active_allowed(addr, self.peer.ip()) {
@@ -255,7 +271,7 @@ impl State {
     /// PASV/EPSV: a new listener (any earlier one closed), announced by 227 or 229.
     fn passive(&mut self, ctl: &Control, here: Here<'_>, extended: bool) -> Reply {
         self.passive = None;
-        let local = match data::local_ip(ctl.stream()) {
+        let local = match ctl.local_ip() {
             Ok(ip) => ip,
             Err(_) => return self.no_passive(b"Cannot open a data port."),
         };
@@ -472,7 +488,7 @@ impl State {
         body: Body,
         download: Option<(&[u8], u64)>,
     ) -> Sent {
-        let local = match data::local_ip(ctl.stream()) {
+        let local = match ctl.local_ip() {
             Ok(ip) => ip,
             Err(e) => return Sent::NoConnection(e),
         };
@@ -480,6 +496,13 @@ impl State {
         let data = match opened.await {
             Ok(s) => s,
             Err(e) => return Sent::NoConnection(e),
+        };
+        let data = match (&here.ftp.tls, self.session.data_protected()) {
+            (Some(acceptor), true) => match data::secure(data, acceptor, here.ftp.data).await {
+                Ok(tls) => tls,
+                Err(e) => return Sent::NoConnection(e),
+            },
+            _ => crate::transport::Transport::Plain(data),
         };
         let job = transfer::Job {
             peer: self.peer,

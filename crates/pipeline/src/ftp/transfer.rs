@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use ramjet_config::{Location, Resolved};
 use ramjet_observe::stats::{Download, DOWNLOAD_BYTES};
-use tokio::net::TcpStream;
 
 use super::control::Control;
 use crate::content::Content;
@@ -70,7 +69,7 @@ fn is_abort(line: &[u8]) -> bool {
 pub(super) async fn send<C: Content>(
     w: &Rc<HttpWorker<C>>,
     ctl: &mut Control,
-    data: TcpStream,
+    transport: Transport,
     body: Body,
     job: Job<'_>,
 ) -> Sent {
@@ -78,7 +77,7 @@ pub(super) async fn send<C: Content>(
     let resp = out.begin();
     out.body(resp, body, false);
     let sent = Arc::new(AtomicU64::new(0));
-    let transport = Transport::Plain(data);
+    let mut transport = transport;
     let _listed = job
         .download
         .filter(|&(_, len)| len >= DOWNLOAD_BYTES)
@@ -113,25 +112,32 @@ pub(super) async fn send<C: Content>(
         };
         (r, out.body_written.first().copied().unwrap_or(0))
     };
-    tokio::pin!(flush);
-    loop {
-        if ctl.buffered() > MAX_WAITING {
-            // A client that floods the control connection meanwhile is not read further.
-            let (r, written) = (&mut flush).await;
-            return done(r, written);
-        }
-        tokio::select! {
-            (r, written) = &mut flush => return done(r, written),
-            read = ctl.fill() => {
-                let so_far = sent.load(Ordering::Relaxed);
-                match read {
-                    Ok(0) | Err(_) => return Sent::ControlClosed(so_far),
-                    Ok(_) if ctl.take_first(is_abort) => return Sent::Aborted(so_far),
-                    // Other commands wait for the transfer's end (the control loop reads
-                    // them then).
-                    Ok(_) => {}
+    let flushed = 'watch: {
+        tokio::pin!(flush);
+        loop {
+            if ctl.buffered() > MAX_WAITING {
+                // A client that floods the control connection meanwhile is not read further.
+                break 'watch (&mut flush).await;
+            }
+            tokio::select! {
+                ended = &mut flush => break 'watch ended,
+                read = ctl.fill() => {
+                    let so_far = sent.load(Ordering::Relaxed);
+                    match read {
+                        Ok(0) | Err(_) => return Sent::ControlClosed(so_far),
+                        Ok(_) if ctl.take_first(is_abort) => return Sent::Aborted(so_far),
+                        // Other commands wait for the transfer's end (the control loop
+                        // reads them then).
+                        Ok(_) => {}
+                    }
                 }
             }
         }
+    };
+    let (r, written) = flushed;
+    // A TLS data connection ends with close_notify, so the client knows the file is whole.
+    if r.is_ok() {
+        transport.shutdown().await;
     }
+    done(r, written)
 }

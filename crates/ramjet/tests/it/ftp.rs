@@ -694,3 +694,128 @@ fn active_mode_when_configured() {
     });
     assert!(!log.is_empty());
 }
+
+/// A server with FTPS (`[ftp] tls`, a certificate for localhost and 127.0.0.1) over
+/// `files`; `extra` goes into `[ftp]`.
+fn ftps_server(files: &[(&str, &[u8])], extra: &str) -> Server {
+    let dir = Server::dir();
+    crate::tls::certificate(dir.path(), "ftp", &["localhost", "127.0.0.1"]);
+    for (path, data) in files {
+        let p = dir.path().join("root").join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, data).unwrap();
+    }
+    Server::start(
+        crate::BIN,
+        dir,
+        &format!(
+            "{FTP_LISTEN}[log]\naccess = \"{{dir}}/access.log\"\n\
+             [ftp]\ntls = {{ certificate = \"ftp.pem\", key = \"ftp.key\" }}\n{extra}\n\
+             [[location]]\nroot = \"root\"\n"
+        ),
+    )
+}
+
+/// FTPS (RFC 4217, AUTH TLS): curl with `--ssl-reqd` (control and data over TLS) lists,
+/// fetches and resumes; Python's `FTP_TLS` with PROT P and with PROT C; lftp mirrors with
+/// its data protected. With `tls_required`, USER before AUTH TLS is refused.
+#[test]
+fn ftps_with_curl_python_and_lftp() {
+    let body = bytes(1_500_000, 9);
+    let s = ftps_server(
+        &[("d/f.bin", &body), ("d/g.txt", b"g\n")],
+        "tls_required = true",
+    );
+    let url = format!("ftp://{}/d/", ftp_addr(&s));
+    let list = run(Command::new("curl").args(["-s", "-k", "--ssl-reqd", &url]));
+    assert!(
+        String::from_utf8_lossy(&list.stdout).contains(" 1500000 "),
+        "a listing over TLS"
+    );
+    let got = run(Command::new("curl")
+        .args(["-s", "-k", "--ssl-reqd"])
+        .arg(format!("{url}f.bin")));
+    assert!(got.stdout == body, "the file over TLS");
+    let part = s.dir.path().join("part.bin");
+    std::fs::write(&part, &body[..600_000]).unwrap();
+    run(Command::new("curl")
+        .args(["-s", "-k", "--ssl-reqd", "-C", "-", "-o"])
+        .arg(&part)
+        .arg(format!("{url}f.bin")));
+    assert!(std::fs::read(&part).unwrap() == body, "resumed over TLS");
+    let script = format!(
+        "import ftplib, ssl, hashlib\n\
+         ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE\n\
+         f = ftplib.FTP_TLS(context=ctx, timeout=20)\n\
+         f.connect('{}', {})\n\
+         f.login()\n\
+         for prot in (f.prot_p, f.prot_c):\n\
+         \x20   prot()\n\
+         \x20   data = []\n\
+         \x20   f.retrbinary('RETR d/f.bin', data.append)\n\
+         \x20   print(hashlib.sha256(b''.join(data)).hexdigest())\n\
+         print(sorted(n for n, _ in f.mlsd('d')))\n\
+         f.quit()\n",
+        ftp_addr(&s).ip(),
+        ftp_addr(&s).port()
+    );
+    let out = run(Command::new("python3").arg("-c").arg(script));
+    let out = String::from_utf8_lossy(&out.stdout);
+    let want = {
+        let p = s.root().join("d/f.bin");
+        sha256(&p)
+    };
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[..2],
+        [want.as_str(), want.as_str()],
+        "PROT P, then PROT C"
+    );
+    assert_eq!(lines[2], "['f.bin', 'g.txt']");
+    let mirror = s.dir.path().join("mirror");
+    run(Command::new("lftp").arg("-c").arg(format!(
+        "set cmd:fail-exit yes; set net:max-retries 1; set ftp:ssl-force true; \
+         set ftp:ssl-allow-anonymous true; set ftp:ssl-protect-data true; set ssl:verify-certificate no; \
+         open ftp://{}; mirror /d {}",
+        ftp_addr(&s),
+        mirror.display()
+    )));
+    assert!(
+        std::fs::read(mirror.join("f.bin")).unwrap() == body,
+        "lftp over TLS"
+    );
+    let (mut c, _) = Ftp::connect(ftp_addr(&s));
+    let (code, text) = c.cmd("USER anonymous");
+    assert_eq!(code, 530, "{text}");
+    assert!(text.contains("AUTH TLS"));
+    let (_, feat) = c.cmd("FEAT");
+    assert!(
+        feat.contains(" AUTH TLS\r\n") && feat.contains(" PROT\r\n"),
+        "{feat}"
+    );
+}
+
+/// Without `[ftp] tls`, AUTH TLS is 502 and FEAT offers none of it; a TLS handshake that
+/// goes wrong after 234 closes only that connection.
+#[test]
+fn auth_tls_without_tls_and_a_broken_handshake() {
+    let s = ftp_server(&[], "");
+    let mut c = Ftp::logged_in(ftp_addr(&s));
+    assert_eq!(c.cmd("AUTH TLS").0, 502);
+    assert!(!c.cmd("FEAT").1.contains("AUTH"));
+    let t = ftps_server(&[("f", b"x")], "");
+    let (mut bad, _) = Ftp::connect(ftp_addr(&t));
+    assert_eq!(bad.cmd("AUTH TLS").0, 234);
+    bad.send(b"this is not a ClientHello\r\n");
+    let mut rest = Vec::new();
+    assert!(
+        bad.reader.read_to_end(&mut rest).is_ok(),
+        "closed (after a TLS alert, if any), not left waiting"
+    );
+    let mut good = Ftp::logged_in(ftp_addr(&t));
+    assert_eq!(
+        good.fetch("RETR f"),
+        (b"x".to_vec(), 226),
+        "in the clear (no AUTH TLS)"
+    );
+}
