@@ -21,7 +21,7 @@ const FTP_LISTEN: &str =
 fn ftp_server(files: &[(&str, &[u8])], extra: &str) -> Server {
     server_with(
         files,
-        &format!("{FTP_LISTEN}[log]\naccess = \"{{dir}}/access.log\"\n{extra}\n[[location]]\nroot = \"root\"\n[[location]]\npath = \"/metrics\"\nhandlers = [\"metrics\"]\n"),
+        &format!("{FTP_LISTEN}[log]\naccess = \"{{dir}}/access.log\"\n{extra}\n[[location]]\nroot = \"root\"\n[[location]]\npath = \"/metrics\"\nhandlers = [\"metrics\"]\n[[location]]\npath = \"/status\"\nhandlers = [\"status\"]\n"),
     )
 }
 
@@ -468,6 +468,12 @@ fn a_data_connection_from_another_address_is_refused() {
     assert!(metrics.contains("ramjet_ftp_files_total 1\n"));
     assert!(metrics.contains("ramjet_ftp_sessions 1\n"));
     assert!(metrics.contains("ramjet_ftp_logins_total 1\n"));
+    let status: serde_json::Value = serde_json::from_str(&s.get("/status?json").text()).unwrap();
+    assert_eq!(status["ftp"]["sessions"], 1, "{status}");
+    assert_eq!(status["ftp"]["files"], 1);
+    assert_eq!(status["ftp"]["refused"], 1);
+    let page = s.get("/status").text();
+    assert!(page.contains("FTP sessions now / logins"), "{page}");
 }
 
 /// ABOR in the middle of a (rate-limited) transfer: 426 for it, then 226, and the session
