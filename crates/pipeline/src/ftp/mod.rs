@@ -119,12 +119,19 @@ fn refused_text(r: &Refused) -> &'static str {
 impl State {
     async fn run<C: Content>(&mut self, w: &Rc<HttpWorker<C>>, ctl: &mut Control) {
         loop {
+            // No configuration generation is held while the session waits idle: an old one
+            // (its files, its log) is let go at a reload, not at each session's next line.
+            let idle = w.current().config.ftp_of(self.entry).map(|f| f.idle);
+            let line = match idle {
+                Some(idle) => ctl.next_line(w, idle).await,
+                None => Line::Stopping,
+            };
             let gen = w.current();
             let Some(ftp) = gen.config.ftp_of(self.entry) else {
                 let _ = ctl.send(&Reply::new(421, b"FTP is off now."), &gen).await;
                 return;
             };
-            let line = match ctl.next_line(w, ftp.idle).await {
+            let line = match line {
                 Line::Got(line) => line,
                 Line::Closed => return,
                 Line::Idle => {
