@@ -34,8 +34,12 @@ def serve(wrapper, binary, www, out_file):
     return p
 
 
+# Extra `ramjet bench` arguments for every load (`--no-keepalive`: a connection per request).
+LOAD_ARGS = []
+
+
 def load(client, name, n):
-    subprocess.run([client, "bench", "-c", "1", "-n", str(n), f"http://127.0.0.1:{PORT}/{name}"],
+    subprocess.run([client, "bench", "-c", "1", "-n", str(n), *LOAD_ARGS, f"http://127.0.0.1:{PORT}/{name}"],
                    check=True, capture_output=True, timeout=600)
 
 
@@ -93,8 +97,12 @@ def main():
     ap.add_argument("--sizes", default="4096,22016,102400")
     ap.add_argument("--n1", type=int, default=500)
     ap.add_argument("--n2", type=int, default=2500)
+    ap.add_argument("--no-keepalive", action="store_true",
+                    help="a new connection per request (the accept path counts too)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    if args.no_keepalive:
+        LOAD_ARGS.append("--no-keepalive")
     bins = [b.split("=", 1) for b in args.binaries.split(",")]
     client = args.client or bins[-1][1]
     tmp = Path(tempfile.mkdtemp(prefix="ramjet-ir-"))
@@ -104,7 +112,8 @@ def main():
     for s in sizes:
         (www / f"f{s}.bin").write_bytes(os.urandom(s))
     dn = args.n2 - args.n1
-    lines = [f"# Instructions and syscalls per keep-alive request, one worker", "",
+    kind = "request on its own connection" if args.no_keepalive else "keep-alive request"
+    lines = [f"# Instructions and syscalls per {kind}, one worker", "",
              f"Command: `bench/instructions.py {' '.join(sys.argv[1:])}`", "",
              f"Per request: (count at {args.n2} requests - count at {args.n1}) / {dn}; "
              "callgrind Ir of the whole server process, syscalls from `strace -c -f`.", "",

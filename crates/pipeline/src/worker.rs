@@ -344,7 +344,8 @@ impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
         let (_guard, client) = self.enter(peer);
         let refuse = client.as_ref().is_some_and(|c| c.over);
         if let Some(entry) = self.ftp_entry(listener as u16) {
-            return crate::ftp::serve(self.clone(), stream, peer, entry, refuse).await;
+            // Boxed: an HTTP connection's task does not carry the FTP session's size.
+            return Box::pin(crate::ftp::serve(self.clone(), stream, peer, entry, refuse)).await;
         }
         let start = crate::conn::Start {
             stream,
