@@ -127,30 +127,18 @@ impl Resolver<'_> {
                 None
             }
         };
-        let passive_ports = t.passive_ports.as_ref().and_then(|p| {
-            self.keep(parse_ports(p.get_ref()).ok_or_else(|| {
-                self.err(
-                    Some(p.span()),
-                    "ftp.passive_ports",
-                    format!(
-                        "`{}` is not a port range (e.g. \"50000-50999\", from 1024 up)",
-                        p.get_ref()
-                    ),
-                )
-            }))
-        });
-        let passive_address = t.passive_address.as_ref().and_then(|a| {
-            self.keep(a.get_ref().parse::<Ipv4Addr>().map_err(|_| {
-                self.err(
-                    Some(a.span()),
-                    "ftp.passive_address",
-                    format!(
-                        "`{}` is not an IPv4 address (PASV announces only IPv4; EPSV needs none)",
-                        a.get_ref()
-                    ),
-                )
-            }))
-        });
+        let passive_ports = self.parsed(
+            t.passive_ports.as_ref(),
+            "ftp.passive_ports",
+            parse_ports,
+            "a port range (e.g. \"50000-50999\", from 1024 up)",
+        );
+        let passive_address = self.parsed(
+            t.passive_address.as_ref(),
+            "ftp.passive_address",
+            |a| a.parse::<Ipv4Addr>().ok(),
+            "an IPv4 address (PASV announces only IPv4; EPSV needs none)",
+        );
         let tls = t.tls.as_ref().and_then(|f| {
             let files = self.tls_files(f.get_ref());
             let provider = ramjet_tls::server::provider();
@@ -185,6 +173,27 @@ impl Resolver<'_> {
             tls: tls.map(|(a, _)| a),
             tls_required,
         })
+    }
+}
+
+impl Resolver<'_> {
+    /// `value` read by `parse`; an error naming `key` and saying it is not `what` (noted,
+    /// `None`) when it does not read.
+    fn parsed<T>(
+        &self,
+        value: Option<&Spanned<String>>,
+        key: &str,
+        parse: impl Fn(&str) -> Option<T>,
+        what: &str,
+    ) -> Option<T> {
+        let v = value?;
+        self.keep(parse(v.get_ref()).ok_or_else(|| {
+            self.err(
+                Some(v.span()),
+                key,
+                format!("`{}` is not {what}", v.get_ref()),
+            )
+        }))
     }
 }
 

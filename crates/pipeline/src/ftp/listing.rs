@@ -52,7 +52,8 @@ pub(super) fn refusal(e: &io::Error) -> &'static str {
     }
 }
 
-fn unix(t: SystemTime) -> i64 {
+/// Unix seconds of `t` (negative before 1970).
+pub(super) fn unix(t: SystemTime) -> i64 {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => d.as_secs() as i64,
         Err(e) => -(e.duration().as_secs() as i64),

@@ -90,7 +90,7 @@ pub(crate) async fn serve<C: Content>(
     }
     let mut s = State {
         session,
-        passive: None,
+        data: None,
         peer,
         entry,
     };
@@ -101,7 +101,7 @@ pub(crate) async fn serve<C: Content>(
 struct State {
     session: Session,
     /// The next transfer's data connection, once PASV/EPSV or PORT/EPRT arranged it.
-    passive: Option<Data>,
+    data: Option<Data>,
     peer: SocketAddr,
     entry: usize,
 }
@@ -210,9 +210,9 @@ impl State {
                 };
             }
             Action::Active { addr } => {
-                self.passive = None;
+                self.data = None;
                 if data::active_allowed(addr, self.peer.ip()) {
-                    self.passive = Some(Data::Active(addr));
+                    self.data = Some(Data::Active(addr));
                     Reply::new(200, b"PORT command successful.")
                 } else {
                     self.session.data_used();
@@ -223,7 +223,7 @@ impl State {
                 }
             }
             Action::Abort => {
-                self.passive = None;
+                self.data = None;
                 self.session.data_used();
                 Reply::new(225, b"No transfer to abort.")
             }
@@ -243,10 +243,7 @@ impl State {
             },
             Action::Mdtm { path } => match here.stat(path).await {
                 Ok(st) if st.is_file => {
-                    let t = st
-                        .mtime
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_secs() as i64);
+                    let t = listing::unix(st.mtime);
                     Reply::new(213, listing::stamp(t).as_bytes())
                 }
                 Ok(_) => Reply::new(550, b"Not a plain file."),
@@ -277,7 +274,7 @@ impl State {
 
     /// PASV/EPSV: a new listener (any earlier one closed), announced by 227 or 229.
     fn passive(&mut self, ctl: &Control, here: Here<'_>, extended: bool) -> Reply {
-        self.passive = None;
+        self.data = None;
         let local = match ctl.local_ip() {
             Ok(ip) => ip,
             Err(_) => return self.no_passive(b"Cannot open a data port."),
@@ -297,7 +294,7 @@ impl State {
             }
         };
         let port = opened.port();
-        self.passive = Some(Data::Passive(opened));
+        self.data = Some(Data::Passive(opened));
         match announced {
             None => Reply::new(
                 229,
@@ -322,9 +319,9 @@ impl State {
 
     /// The data connection's plan for a transfer (the session asked for one), or the 425
     /// sent.
-    async fn take_passive(&mut self, ctl: &mut Control, gen: &Generation) -> Option<Data> {
+    async fn take_data(&mut self, ctl: &mut Control, gen: &Generation) -> Option<Data> {
         self.session.data_used();
-        let p = self.passive.take();
+        let p = self.data.take();
         if p.is_none() {
             let _ = ctl
                 .send(&Reply::new(425, b"Use PASV or EPSV first."), gen)
@@ -343,7 +340,7 @@ impl State {
         offset: u64,
     ) -> bool {
         let gen = here.gen;
-        let (passive, line, started) = match self.begin(w, ctl, here, b"RETR ", &path).await {
+        let (plan, line, started) = match self.begin(w, ctl, here, b"RETR ", &path).await {
             Ok(begun) => begun,
             Err(open) => return open,
         };
@@ -366,7 +363,7 @@ impl State {
             offset: offset.min(stat.size),
             len,
         };
-        self.deliver(w, ctl, here, passive, body, (&line, started), Some(len))
+        self.deliver(w, ctl, here, plan, body, (&line, started), Some(len))
             .await
     }
 
@@ -385,7 +382,7 @@ impl State {
             Listing::Names { .. } => b"NLST ",
             Listing::Machine => b"MLSD ",
         };
-        let (passive, line, started) = match self.begin(w, ctl, here, verb, &path).await {
+        let (plan, line, started) = match self.begin(w, ctl, here, verb, &path).await {
             Ok(begun) => begun,
             Err(open) => return open,
         };
@@ -393,9 +390,7 @@ impl State {
             Ok(e) => e,
             Err(text) => return self.refuse(w, ctl, gen, &line, text.as_bytes()).await,
         };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
+        let now = listing::unix(std::time::SystemTime::now());
         let bytes = listing::render(&entries, form, now);
         let opening = b"Opening ASCII mode data connection for the listing.";
         if ctl.send(&Reply::new(150, opening), gen).await.is_err() {
@@ -406,7 +401,7 @@ impl State {
         } else {
             Body::Bytes(Bytes::from(bytes))
         };
-        self.deliver(w, ctl, here, passive, body, (&line, started), None)
+        self.deliver(w, ctl, here, plan, body, (&line, started), None)
             .await
     }
 
@@ -435,7 +430,7 @@ impl State {
         self.finish(w, ctl, here.gen, line, sent, started).await
     }
 
-    /// The start of a transfer: its passive listener (else 425 is sent), its log line (the
+    /// The start of a transfer: its data connection's plan (else 425 is sent), its log line (the
     /// verb and path) and start time, after the location's request rate (450 sent and
     /// logged past it). `Err(open)` when the transfer ends there.
     async fn begin<C: Content>(
@@ -446,7 +441,7 @@ impl State {
         verb: &[u8],
         path: &[u8],
     ) -> Result<(Data, Vec<u8>, std::time::Instant), bool> {
-        let passive = self.take_passive(ctl, here.gen).await.ok_or(true)?;
+        let plan = self.take_data(ctl, here.gen).await.ok_or(true)?;
         let started = std::time::Instant::now();
         let mut line = verb.to_vec();
         line.extend_from_slice(path);
@@ -454,7 +449,7 @@ impl State {
             record(w, self.peer.ip(), &line, reply.code(), 0, started);
             return Err(ctl.send(&reply, here.gen).await.is_ok());
         }
-        Ok((passive, line, started))
+        Ok((plan, line, started))
     }
 
     /// The location's request rate, counted per transfer: `Some(450)` when over it.
@@ -491,7 +486,7 @@ impl State {
         w: &Rc<HttpWorker<C>>,
         ctl: &mut Control,
         here: Here<'_>,
-        passive: Data,
+        plan: Data,
         body: Body,
         download: Option<(&[u8], u64)>,
     ) -> Sent {
@@ -499,7 +494,7 @@ impl State {
             Ok(ip) => ip,
             Err(e) => return Sent::NoConnection(e),
         };
-        let opened = passive.open(self.peer.ip(), local, here.ftp.data, w.stats);
+        let opened = plan.open(self.peer.ip(), local, here.ftp.data, w.stats);
         let data = match opened.await {
             Ok(s) => s,
             Err(e) => return Sent::NoConnection(e),
@@ -519,7 +514,7 @@ impl State {
             timeout: here.ftp.data,
             download,
         };
-        Box::pin(transfer::send(w, ctl, data, body, job)).await
+        transfer::send(w, ctl, data, body, job).await
     }
 
     /// The transfer's last reply, its log line and counters; false when the control
@@ -595,37 +590,41 @@ impl Here<'_> {
         ))
     }
 
-    /// `path` opened on the blocking pool; the reply text when it cannot be.
+    /// `look(root, path, view)` on the blocking pool; the reply text when it fails.
+    async fn on_pool<T: Send + 'static>(
+        &self,
+        path: Vec<u8>,
+        look: fn(&std::fs::File, &[u8], View) -> std::io::Result<T>,
+    ) -> Result<T, &'static str> {
+        let (root, view) = self.view().ok_or("No such file or directory.")?;
+        let job = move || look(&root, &path, view).map_err(|e| listing::refusal(&e));
+        ramjet_observe::stats::blocking(job)
+            .await
+            .unwrap_or(Err("Server busy."))
+    }
+
+    /// `path` opened under the location's policy.
     async fn open(
         &self,
         path: Vec<u8>,
     ) -> Result<(std::fs::File, ramjet_runtime::sys::FileStat), &'static str> {
-        let (root, view) = self.view().ok_or("No such file or directory.")?;
-        let job = move || listing::open(&root, &path, view).map_err(|e| listing::refusal(&e));
-        ramjet_observe::stats::blocking(job)
-            .await
-            .unwrap_or(Err("Server busy."))
+        self.on_pool(path, listing::open).await
     }
 
     async fn stat(&self, path: Vec<u8>) -> Result<ramjet_runtime::sys::FileStat, &'static str> {
         self.open(path).await.map(|(_, st)| st)
     }
 
+    /// What a listing of `path` shows.
     async fn entries(&self, path: Vec<u8>) -> Result<Vec<listing::Entry>, &'static str> {
-        let (root, view) = self.view().ok_or("No such file or directory.")?;
-        let job = move || listing::read(&root, &path, view).map_err(|e| listing::refusal(&e));
-        ramjet_observe::stats::blocking(job)
-            .await
-            .unwrap_or(Err("Server busy."))
+        self.on_pool(path, listing::read).await
     }
 }
 
 /// MLST (`250-Listing`, the facts, `250 End.`) or STAT of a path (`213-Status`, its
 /// listing, `213 End.`): inner lines start with a space, never with a code.
 fn facts_reply(path: &[u8], entries: &[listing::Entry], form: Listing) -> Reply {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
+    let now = listing::unix(std::time::SystemTime::now());
     let (code, mut first) = match form {
         Listing::Machine => (250, b"Listing ".to_vec()),
         _ => (213, b"Status of ".to_vec()),
