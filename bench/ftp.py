@@ -86,8 +86,8 @@ def server_cmd(name, binary):
             "secure_chroot_dir=/var/run/vsftpd/empty", "seccomp_sandbox=NO",
             "idle_session_timeout=600", "ftpd_banner=vsftpd",
             # Its fastest: without a new network namespace (and PID/IPC ones) per session,
-            # which its defaults make (isolate, isolate_network) and which cost it 20x in
-            # logins per CPU-second here.
+            # which its defaults make (isolate, isolate_network): in one 2 s run of 100
+            # logins at once here, 285 logins per CPU-second with them, 440 without.
             "isolate=NO", "isolate_network=NO", ""]))
         return [VSFTPD, str(cfg)]
     # pure-ftpd: anonymous only (the ftp user's home), no uploads, no DNS lookups.
