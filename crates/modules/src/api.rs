@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use ramjet_pipeline::{BodyError, Request};
+use ramjet_pipeline::{BodyError, BodySource, Request};
 
 /// A module's shared part: one per mount and configuration, started from the mount's
 /// `module_config` table on the main thread (a wrong table is a configuration error), used
@@ -139,13 +139,25 @@ impl<'r> ModuleRequest<'r> {
 }
 
 /// A module's answer: a status, header lines, and a body made of pieces, each bytes or a
-/// range of an open file (sent with `sendfile`, never copied through memory). The server
-/// adds `Content-Length`, `Date`, `Server` and `Connection`.
-#[derive(Debug)]
+/// range of an open file (sent with `sendfile`, never copied through memory), or a body
+/// produced over time ([`Reply::stream`]). The server adds `Date`, `Server`,
+/// `Connection`, and `Content-Length` or chunked framing.
 pub struct Reply {
     pub status: u16,
     pub(crate) headers: Vec<u8>,
     pub(crate) body: Vec<Piece>,
+    pub(crate) stream: Option<Box<dyn BodySource>>,
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reply")
+            .field("status", &self.status)
+            .field("headers", &String::from_utf8_lossy(&self.headers))
+            .field("body", &self.body)
+            .field("stream", &self.stream.is_some())
+            .finish()
+    }
 }
 
 /// A piece of a [`Reply`]'s body.
@@ -166,6 +178,7 @@ impl Reply {
             status,
             headers: Vec::new(),
             body: Vec::new(),
+            stream: None,
         }
     }
 
@@ -194,7 +207,7 @@ impl Reply {
         self.headers.extend_from_slice(b"\r\n");
     }
 
-    /// Append bytes to the body.
+    /// Append bytes to the body (after a [`Reply::stream`], pieces replace the stream).
     pub fn bytes(mut self, b: impl Into<Bytes>) -> Reply {
         self.push_bytes(b);
         self
@@ -204,6 +217,7 @@ impl Reply {
     pub fn push_bytes(&mut self, b: impl Into<Bytes>) {
         let b = b.into();
         if !b.is_empty() {
+            self.stream = None;
             self.body.push(Piece::Bytes(b));
         }
     }
@@ -217,11 +231,28 @@ impl Reply {
     /// As [`Reply::file`], in place (an empty range is skipped).
     pub fn push_file(&mut self, file: Arc<File>, offset: u64, len: u64) {
         if len > 0 {
+            self.stream = None;
             self.body.push(Piece::File { file, offset, len });
         }
     }
 
-    /// The body's length in bytes.
+    /// Make the body `source`, produced over time, in place of any pieces: a long report,
+    /// a feed, server-sent events. [`crate::produce`] turns an async writer into one. The
+    /// connection polls it only when the client has taken the previous piece
+    /// (backpressure). Its length is unknown unless the source says it
+    /// ([`BodySource::length`]): HTTP/1.1 clients get chunked framing.
+    pub fn stream(mut self, source: impl BodySource + 'static) -> Reply {
+        self.body.clear();
+        self.stream = Some(Box::new(source));
+        self
+    }
+
+    /// Whether the body is a stream.
+    pub fn is_stream(&self) -> bool {
+        self.stream.is_some()
+    }
+
+    /// The length in bytes of the body's pieces (a stream's bytes are not known ahead).
     pub fn len(&self) -> u64 {
         self.body
             .iter()

@@ -11,8 +11,9 @@
 //! file = "/srv/www/motd.txt"      # optional: opened at load, sent inside every reply
 //! ```
 //!
-//! GET and HEAD answer the greeting; POST answers the body's length and first line; any
-//! other method gets 405 with `Allow`.
+//! GET and HEAD answer the greeting; `GET ...?lines=N` streams N numbered lines instead,
+//! written one at a time as the client takes them; POST answers the body's length and first
+//! line; any other method gets 405 with `Allow`.
 
 use std::cell::Cell;
 use std::fs::File;
@@ -33,6 +34,9 @@ pub const REGISTRATION: Registration = Registration {
 
 /// The largest POST body read.
 const MAX_BODY: usize = 64 * 1024;
+
+/// The most lines `?lines=N` streams.
+const MAX_LINES: u64 = 10_000_000;
 
 /// `[location.module_config]`.
 #[derive(Deserialize)]
@@ -92,7 +96,10 @@ impl ModuleWorker for HelloWorker {
         self.served.set(self.served.get() + 1);
         match req.method() {
             // Answered at once: no await, no allocation of a future.
-            "GET" | "HEAD" => Ok(self.greet(req)),
+            "GET" | "HEAD" => Ok(match lines(req) {
+                Some(n) => stream_lines(&self.shared.greeting, n),
+                None => self.greet(req),
+            }),
             // Reading the body waits for the client: answered later.
             "POST" => Err(Box::pin(async move {
                 match req.body(MAX_BODY).await {
@@ -114,6 +121,30 @@ impl ModuleWorker for HelloWorker {
             _ => Ok(Reply::text(405, "GET, HEAD or POST\n").header("Allow", "GET, HEAD, POST")),
         }
     }
+}
+
+/// `lines=N` from the query, when it is a number (capped at [`MAX_LINES`]).
+fn lines(req: &ModuleRequest<'_>) -> Option<u64> {
+    let n = req
+        .query()?
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("lines="))?;
+    Some(n.parse::<u64>().ok()?.min(MAX_LINES))
+}
+
+/// A body of `n` lines produced over time: each line is written when the client has taken
+/// the one before, so a slow reader holds the loop back and memory stays one line.
+fn stream_lines(greeting: &str, n: u64) -> Reply {
+    let greeting = greeting.to_string();
+    Reply::new(200)
+        .header("Content-Type", "text/plain; charset=utf-8")
+        .header("Cache-Control", "no-store")
+        .stream(crate::produce(move |mut sink| async move {
+            for i in 1..=n {
+                sink.send(format!("{greeting} {i} of {n}\n")).await;
+            }
+            Ok(())
+        }))
 }
 
 impl HelloWorker {

@@ -45,21 +45,24 @@ impl Modules {
 }
 
 /// The response for a module's reply: its status, its header lines, its body pieces (a
-/// single piece is sent as bytes or as one file range; several as parts, in order).
+/// single piece is sent as bytes or as one file range; several as parts, in order) or its
+/// stream.
 pub fn response(reply: Reply) -> Response {
     let Reply {
         status,
         headers,
         mut body,
+        stream,
     } = reply;
-    let body = match body.len() {
-        0 => Body::Empty,
-        1 => match body.pop() {
+    let body = match (stream, body.len()) {
+        (Some(source), _) => Body::Stream(source),
+        (None, 0) => Body::Empty,
+        (None, 1) => match body.pop() {
             Some(Piece::Bytes(b)) => Body::Bytes(b),
             Some(Piece::File { file, offset, len }) => Body::File { file, offset, len },
             None => Body::Empty,
         },
-        _ => Body::Parts(
+        (None, _) => Body::Parts(
             body.into_iter()
                 .map(|p| match p {
                     Piece::Bytes(b) => Part::Bytes(b),

@@ -21,8 +21,19 @@ pub const BUILT_IN: &[Registration] = &[crate::hello::REGISTRATION, crate::specw
 /// The configuration's [`ramjet_config::ModuleStarter`]: start module `name` of
 /// [`BUILT_IN`] from its table.
 pub fn start(name: &str, config: &toml::Table) -> Result<ModuleInstance, ModuleError> {
-    let Some(r) = BUILT_IN.iter().find(|r| r.name == name) else {
-        let names: Vec<&str> = BUILT_IN.iter().map(|r| r.name).collect();
+    start_among(&[], name, config)
+}
+
+/// As [`start`], with `more` modules than the built-in ones (hosts in other crates, such
+/// as the WebAssembly one, which the binary links in).
+pub fn start_among(
+    more: &[Registration],
+    name: &str,
+    config: &toml::Table,
+) -> Result<ModuleInstance, ModuleError> {
+    let mut all = BUILT_IN.iter().chain(more);
+    let Some(r) = all.clone().find(|r| r.name == name) else {
+        let names: Vec<&str> = all.by_ref().map(|r| r.name).collect();
         return Err(ModuleError {
             key: None,
             message: format!(

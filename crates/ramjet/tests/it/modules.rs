@@ -162,3 +162,72 @@ fn module_options_are_checked_at_load_with_file_line_and_key() {
     let (code, _) = check(base);
     assert_eq!(code, Some(0));
 }
+
+fn lines(greeting: &str, n: u64) -> String {
+    (1..=n)
+        .map(|i| format!("{greeting} {i} of {n}\n"))
+        .collect()
+}
+
+#[test]
+fn a_streaming_module_reply_is_chunked_to_http11_and_closes_for_http10() {
+    let s = hello_server(b"x");
+    let mut c = s.client();
+    for n in [0u64, 1, 2, 5000] {
+        c.send(format!("GET /hello/?lines={n} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        let r = c.response(false);
+        assert_eq!(r.status, 200, "{n}");
+        assert_eq!(r.header("transfer-encoding").as_deref(), Some("chunked"));
+        assert_eq!(r.header("content-length"), None);
+        assert_eq!(r.text(), lines("Hi", n), "{n}");
+    }
+    // The connection stays usable after a streamed body, pipelined or not.
+    c.send(b"GET /a.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /hello/?lines=3 HTTP/1.1\r\nHost: t\r\n\r\nGET /a.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).text(), "static a");
+    assert_eq!(c.response(false).text(), lines("Hi", 3));
+    assert_eq!(c.response(false).text(), "static a");
+    // HEAD: the head, no body.
+    c.send(b"HEAD /hello/?lines=3 HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(c.response(true).body.is_empty());
+
+    // HTTP/1.0 has no chunked framing: the body ends with the connection.
+    let mut c = s.client();
+    c.send(b"GET /hello/?lines=4 HTTP/1.0\r\n\r\n");
+    let r = c.response(false);
+    assert_eq!(r.header("transfer-encoding"), None);
+    assert_eq!(r.text(), lines("Hi", 4));
+    assert!(c.try_response(false).is_none(), "closed after the body");
+
+    // curl over HTTP/1.1 and HTTP/2 (h2c).
+    let (ok, body) = crate::curl(&[&s.url("/hello/?lines=100000")]);
+    assert!(ok);
+    assert_eq!(body, lines("Hi", 100_000).into_bytes());
+    let (ok, body) = crate::curl(&["--http2-prior-knowledge", &s.url("/hello/?lines=777")]);
+    assert!(ok);
+    assert_eq!(body, lines("Hi", 777).into_bytes());
+    s.assert_clean_log(&[]);
+}
+
+#[test]
+fn a_client_that_stops_reading_holds_the_module_back_not_the_server() {
+    let s = hello_server(b"x");
+    let before = s.status_kb("VmRSS").unwrap();
+    // Ten million lines (about 230 MB) asked for and never read: the module may only run
+    // ahead of the client by what the socket buffers hold.
+    let mut stalled = s.client();
+    stalled.send(b"GET /hello/?lines=10000000 HTTP/1.1\r\nHost: t\r\n\r\n");
+    // The worker goes on answering others meanwhile.
+    for _ in 0..20 {
+        assert_eq!(s.get("/a.txt").text(), "static a");
+        assert_eq!(s.get("/hello/?lines=2").text(), lines("Hi", 2));
+    }
+    let after = s.status_kb("VmRSS").unwrap();
+    assert!(
+        after < before + 32 * 1024,
+        "resident {before} KB before, {after} KB with a stalled stream"
+    );
+    // An aborted client ends its stream; the server carries on.
+    drop(stalled);
+    assert_eq!(s.get("/hello/?lines=1").text(), lines("Hi", 1));
+    s.assert_clean_log(&[]);
+}
