@@ -54,4 +54,5 @@ pub use resolved::{strip_port, FileCacheOptions, Limits, Location, Resolved, Tim
 pub use shaping::Shaping;
 pub use statics::{Encoding, StaticOptions, SymlinkPolicy, DEFAULT_MAX_RANGES};
 pub use tls::TlsFiles;
+pub use units::{Seconds, Size};
 pub use upstream::{Balance, ProxyOptions, Upstream, UpstreamAddr, UpstreamServer};

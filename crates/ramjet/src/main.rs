@@ -90,6 +90,25 @@ struct ServeArgs {
     pid_file: Option<PathBuf>,
 }
 
+/// Modules hosted outside `ramjet_modules`, by the features this program was built with.
+const MORE_MODULES: &[ramjet_modules::Registration] = &[
+    #[cfg(feature = "wasm")]
+    ramjet_wasm::REGISTRATION,
+];
+
+/// The configuration's module starter: built-in modules and [`MORE_MODULES`].
+fn start_module(
+    name: &str,
+    config: &toml::Table,
+) -> Result<ramjet_config::ModuleInstance, ramjet_config::ModuleError> {
+    ramjet_modules::start_among(MORE_MODULES, name, config).map_err(|mut e| {
+        if name == "wasm" && cfg!(not(feature = "wasm")) {
+            e.message += "; WebAssembly modules need a build with `--features wasm`";
+        }
+        e
+    })
+}
+
 /// Set in the processes a `--processes N` parent starts: their index.
 const PROCESS_ENV: &str = "RAMJET_PROCESS";
 
@@ -97,7 +116,7 @@ fn main() -> ExitCode {
     // Descriptors inherited from whoever started us must not leak into CGI programs.
     ramjet_runtime::sys::cloexec_inherited();
     let cli = Cli::parse();
-    ramjet_config::set_module_starter(ramjet_modules::start);
+    ramjet_config::set_module_starter(start_module);
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Bench(args) => bench_cli::bench(*args),

@@ -46,6 +46,16 @@ impl Server {
     /// Start `bin` with `config` (TOML; `listen` and `root` default to a free loopback port
     /// and `root/`). The config may use `{dir}` for the temporary directory.
     pub fn start(bin: &str, dir: tempfile::TempDir, config: &str) -> Server {
+        Server::start_with_env(bin, dir, config, &[])
+    }
+
+    /// As [`Server::start`], with environment variables set for the server.
+    pub fn start_with_env(
+        bin: &str,
+        dir: tempfile::TempDir,
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> Server {
         let mut text = config.replace("{dir}", &dir.path().display().to_string());
         if !text.contains("listen") {
             text = format!("listen = [\"127.0.0.1:0\"]\n{text}");
@@ -59,6 +69,7 @@ impl Server {
             .args(["serve", "--config"])
             .arg(&config_path)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

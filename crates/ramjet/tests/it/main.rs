@@ -36,6 +36,8 @@ mod specweb99_module;
 mod stream;
 mod tls;
 mod upgrade;
+#[cfg(feature = "wasm")]
+mod wasm;
 
 use ramjet_testkit::Server;
 

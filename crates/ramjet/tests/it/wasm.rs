@@ -1,0 +1,391 @@
+//! WebAssembly modules: the example component (`wasm/hello`) mounted with `module =
+//! "wasm"` answering GET, HEAD, POST, streams and granted files; the hostile one
+//! (`wasm/misbehave`) failing only its own requests while the worker's other clients carry
+//! on; option errors; a changed component picked up on reload; compiled code cached.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use ramjet_testkit::Server;
+
+/// The guest components, built once per test run (`cargo build --release` in `wasm/`).
+fn guests() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../wasm");
+        let target = root.join("target");
+        let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "--release", "--quiet", "--target-dir"])
+            .arg(&target)
+            .current_dir(&root)
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("CARGO_BUILD_TARGET")
+            .output()
+            .expect("cargo runs");
+        assert!(
+            out.status.success(),
+            "building the guest modules (needs `rustup target add wasm32-wasip2`): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        target.join("wasm32-wasip2/release")
+    })
+}
+
+fn component(name: &str) -> String {
+    guests().join(format!("{name}.wasm")).display().to_string()
+}
+
+/// `/w/`: the example; `/bad/`: the hostile module; `/` static files; one worker.
+fn config(extra_bad: &str) -> String {
+    format!(
+        "workers = 1\n[[location]]\nroot = \"root\"\n\
+         [[location]]\npath = \"/w/\"\nmodule = \"wasm\"\n[location.module_config]\n\
+         component = {:?}\nfiles = {{ www = \"{{dir}}/root\" }}\nvars = {{ greeting = \"Hi\" }}\n\
+         [[location]]\npath = \"/bad/\"\nmodule = \"wasm\"\n[location.module_config]\n\
+         component = {:?}\nfiles = {{ www = \"{{dir}}/root\" }}\nmemory = \"16m\"\n{extra_bad}",
+        component("hello"),
+        component("misbehave"),
+    )
+}
+
+fn server(files: &[(&str, &[u8])], extra_bad: &str) -> Server {
+    crate::server_with(files, &config(extra_bad))
+}
+
+fn lines(greeting: &str, n: u64) -> String {
+    (1..=n)
+        .map(|i| format!("{greeting} {i} of {n}\n"))
+        .collect()
+}
+
+#[test]
+fn the_example_module_answers_get_head_post_and_refuses_other_methods() {
+    let s = server(&[("a.txt", b"static a")], "");
+    let mut c = s.client();
+    c.send(b"GET /w/x?y=1 HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response(false);
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.text(),
+        "Hi, 127.0.0.1!\nmethod GET target /w/x?y=1 query y=1\nrequest 1 to this mount\n"
+    );
+    assert_eq!(
+        r.header("content-length").unwrap(),
+        r.body.len().to_string()
+    );
+    assert_eq!(r.header("cache-control").as_deref(), Some("no-store"));
+    // The mount's store outlives the request's instance.
+    c.send(b"GET /w/ HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(c.response(false).text().contains("request 2 to this mount"));
+    c.send(b"HEAD /w/ HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response(true);
+    assert_eq!(r.status, 200);
+    assert!(r.body.is_empty());
+
+    // POST, chunked and with a length; past the module's 1 MiB limit, 413.
+    c.send(b"POST /w/ HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nline1\n\r\n3\r\nabc\r\n0\r\n\r\n");
+    assert_eq!(c.response(false).text(), "9 bytes, first line \"line1\"\n");
+    for len in [0usize, 1, 65_535, 65_536, 65_537, 1 << 20] {
+        let body = crate::bytes(len, 7)
+            .iter()
+            .map(|b| b'a' + b % 26)
+            .collect::<Vec<u8>>();
+        c.send(format!("POST /w/ HTTP/1.1\r\nHost: t\r\nContent-Length: {len}\r\n\r\n").as_bytes());
+        c.send(&body);
+        let r = c.response(false);
+        assert_eq!(r.status, 200, "{len}");
+        assert!(
+            r.text().starts_with(&format!("{len} bytes, ")),
+            "{len}: {}",
+            r.text()
+        );
+    }
+    // Past the module's 1 MiB limit: 413, on a connection of its own (the server may
+    // close it before the body is all sent).
+    let mut big = s.client();
+    big.send(
+        format!(
+            "POST /w/ HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+            (1 << 20) + 1
+        )
+        .as_bytes(),
+    );
+    let _ = std::io::Write::write_all(&mut big.stream, &vec![b'x'; (1 << 20) + 1]);
+    assert_eq!(big.response(false).status, 413);
+    c.send(b"DELETE /w/ HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response(false);
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("allow").as_deref(), Some("GET, HEAD, POST"));
+    // The same connection goes on with static files.
+    c.send(b"GET /a.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).text(), "static a");
+    // HTTP/2 (h2c) through the same module.
+    let (ok, body) = crate::curl(&["--http2-prior-knowledge", &s.url("/w/h2")]);
+    assert!(ok && String::from_utf8_lossy(&body).contains("target /w/h2 "));
+    s.assert_clean_log(&[]);
+}
+
+#[test]
+fn a_module_streams_and_sends_granted_files_zero_copy() {
+    let sizes = [0usize, 1, 4095, 4096, 4097, 300_000, 1 << 20];
+    let files: Vec<(String, Vec<u8>)> = sizes
+        .iter()
+        .map(|&n| (format!("f{n}.bin"), crate::bytes(n, n as u64)))
+        .collect();
+    let refs: Vec<(&str, &[u8])> = files
+        .iter()
+        .map(|(n, d)| (n.as_str(), d.as_slice()))
+        .collect();
+    let s = server(&refs, "");
+    for (name, data) in &files {
+        let (ok, body) = crate::curl(&[&s.url(&format!("/w/file/{name}"))]);
+        assert!(ok, "{name}");
+        let mut want = b"--- file ---\n".to_vec();
+        want.extend_from_slice(data);
+        want.extend_from_slice(b"--- end ---\n");
+        assert!(body == want, "{name}: {} bytes", body.len());
+    }
+    assert_eq!(s.get("/w/file/nope").status, 404);
+
+    // Streamed: chunked to HTTP/1.1, closed for HTTP/1.0, whole over h2c.
+    let mut c = s.client();
+    for n in [0u64, 1, 1000] {
+        c.send(format!("GET /w/?lines={n} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        let r = c.response(false);
+        assert_eq!(
+            r.header("transfer-encoding").as_deref(),
+            Some("chunked"),
+            "{n}"
+        );
+        assert_eq!(r.text(), lines("Hi", n));
+    }
+    let mut c = s.client();
+    c.send(b"GET /w/?lines=5 HTTP/1.0\r\n\r\n");
+    assert_eq!(c.response(false).text(), lines("Hi", 5));
+    let (ok, body) = crate::curl(&["--http2-prior-knowledge", &s.url("/w/?lines=20000")]);
+    assert!(ok && body == lines("Hi", 20_000).into_bytes());
+
+    // A client that stops reading holds the module back: memory stays flat.
+    let before = s.status_kb("VmRSS").unwrap();
+    let mut stalled = s.client();
+    stalled.send(b"GET /w/?lines=5000000 HTTP/1.1\r\nHost: t\r\n\r\n");
+    for _ in 0..20 {
+        assert_eq!(s.get("/f1.bin").status, 200);
+    }
+    let after = s.status_kb("VmRSS").unwrap();
+    assert!(after < before + 48 * 1024, "{before} KB, then {after} KB");
+    drop(stalled);
+    assert_eq!(s.get("/w/?lines=1").text(), lines("Hi", 1));
+    s.assert_clean_log(&[]);
+}
+
+#[test]
+fn misbehaving_modules_fail_their_own_request_and_nothing_else() {
+    let s = server(
+        &[("a.txt", b"static a"), (".hidden", b"h")],
+        "cpu = \"300ms\"\n",
+    );
+    std::fs::write(s.dir.path().join("secret"), b"secret").unwrap();
+    std::os::unix::fs::symlink(s.dir.path().join("secret"), s.root().join("link-out")).unwrap();
+    let expect = [
+        ("/bad/panic", "trapped: wasm trap: wasm `unreachable` instruction executed (it said: thread '<unnamed>'"),
+        ("/bad/loop", "ran past its CPU budget (300 ms)"),
+        ("/bad/oom", "reached its memory cap (16 MiB)"),
+    ];
+    let mut c = s.client();
+    for (path, log) in expect {
+        c.send(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        let r = c.response(false);
+        assert_eq!(r.status, 500, "{path}");
+        assert!(
+            s.wait_for_log(
+                &format!("wasm module misbehave.wasm: {log}"),
+                Duration::from_secs(10)
+            ),
+            "{path}: {:?}",
+            s.stderr()
+        );
+        // The connection and the worker carry on.
+        c.send(b"GET /a.txt HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert_eq!(c.response(false).text(), "static a");
+        assert_eq!(s.get("/bad/ok").text(), "ok\n");
+    }
+    // Files outside the grant are refused, whatever the path.
+    let t = s.get("/bad/escape").text();
+    for line in [
+        "../secret: Err(FileError { code: 1, name: \"not-found\"",
+        "/../secret: Err(FileError { code: 1, name: \"not-found\"",
+        "link-out: Err(FileError { code: 2, name: \"denied\"",
+        "sub/../../secret: Err(FileError { code: 1, name: \"not-found\"",
+        ".hidden: Err(FileError { code: 2, name: \"denied\"",
+        "other tree: Err(FileError { code: 0, name: \"no-tree\"",
+    ] {
+        assert!(t.contains(line), "{line} in {t}");
+    }
+    assert!(!t.contains("secret\n--"));
+    // A module failing after its answer began: the body ends without its last chunk.
+    let mut c = s.client();
+    c.send(b"GET /bad/trap-late HTTP/1.1\r\nHost: t\r\n\r\n");
+    let mut all = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut c.stream, &mut all);
+    let text = String::from_utf8_lossy(&all);
+    assert!(text.contains("a first line\n"), "{text}");
+    assert!(!text.ends_with("0\r\n\r\n"), "no end of body: {text}");
+    assert!(s.wait_for_log("after its answer began", Duration::from_secs(10)));
+    assert_eq!(s.get("/w/").status, 200);
+    s.assert_clean_log(&["wasm module misbehave.wasm"]);
+}
+
+#[test]
+fn a_module_that_loops_does_not_stall_the_worker() {
+    // One worker, a module looping for its whole 3 s budget; meanwhile another client
+    // fetches static files on the same worker. Without the module yielding every epoch
+    // tick, each of those would wait for the full budget.
+    let s = server(&[("a.txt", b"static a")], "cpu = \"3s\"\n");
+    let addr = s.addr;
+    let looping = std::thread::spawn(move || {
+        let mut c = ramjet_testkit::Client::connect(addr);
+        c.send(b"GET /bad/loop HTTP/1.1\r\nHost: t\r\n\r\n");
+        c.response(false).status
+    });
+    let start = Instant::now();
+    let mut worst = Duration::ZERO;
+    let mut times = Vec::new();
+    while !looping.is_finished() && start.elapsed() < Duration::from_secs(20) {
+        let t = Instant::now();
+        assert_eq!(s.get("/a.txt").text(), "static a");
+        let took = t.elapsed();
+        worst = worst.max(took);
+        times.push(took);
+    }
+    assert_eq!(looping.join().unwrap(), 500);
+    times.sort();
+    let p99 = times[(times.len() * 99 / 100).min(times.len() - 1)];
+    eprintln!(
+        "{} static requests during a 3 s loop: p99 {p99:?}, worst {worst:?}",
+        times.len()
+    );
+    assert!(times.len() > 10, "only {} requests answered", times.len());
+    assert!(
+        worst < Duration::from_millis(1500),
+        "a request waited {worst:?}"
+    );
+    assert!(s.wait_for_log("ran past its CPU budget (3000 ms)", Duration::from_secs(5)));
+}
+
+#[test]
+fn wasm_options_are_checked_at_load_with_file_line_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("www")).unwrap();
+    let garbage = dir.path().join("garbage.wasm");
+    std::fs::write(&garbage, b"not wasm at all").unwrap();
+    // A valid core module, not a component.
+    let core = dir.path().join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
+    let check = |module_config: &str| {
+        let f = dir.path().join("m.toml");
+        let text = format!(
+            "listen = [\"127.0.0.1:0\"]\n[[location]]\nroot = \"www\"\n[[location]]\npath = \"/m/\"\nmodule = \"wasm\"\n[location.module_config]\n{module_config}"
+        );
+        std::fs::write(&f, text).unwrap();
+        let out = Command::new(crate::BIN)
+            .arg("check-config")
+            .arg(&f)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let hello = component("hello");
+    let (code, err) = check(&format!("component = {hello:?}\n"));
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = check("component = \"/nope.wasm\"\n");
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("m.toml:7")
+            && err.contains("module_config.component")
+            && err.contains("/nope.wasm: no such file"),
+        "{err}"
+    );
+    let (_, err) = check(&format!(
+        "component = {:?}\n",
+        garbage.display().to_string()
+    ));
+    assert!(
+        err.contains("module_config.component") && err.contains("garbage.wasm"),
+        "{err}"
+    );
+    let (_, err) = check(&format!("component = {:?}\n", core.display().to_string()));
+    assert!(
+        err.contains("module_config.component") && err.contains("core.wasm"),
+        "{err}"
+    );
+    let (_, err) = check(&format!("component = {hello:?}\nmemory = \"1k\"\n"));
+    assert!(
+        err.contains("module_config.memory") && err.contains("64k to 4g"),
+        "{err}"
+    );
+    let (_, err) = check(&format!(
+        "component = {hello:?}\nfiles = {{ www = \"/nonexistent\" }}\n"
+    ));
+    assert!(err.contains("module_config.files.www"), "{err}");
+    let (_, err) = check(&format!("component = {hello:?}\ncolour = 3\n"));
+    assert!(
+        err.contains("module_config.colour") && err.contains("unknown field"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_changed_module_is_picked_up_on_reload_and_compiled_code_is_cached() {
+    let dir = Server::dir();
+    let cache = dir.path().join("cache");
+    let wasm = dir.path().join("m.wasm");
+    std::fs::copy(component("hello"), &wasm).unwrap();
+    let text = format!(
+        "workers = 1\n[[location]]\nroot = \"root\"\n[[location]]\npath = \"/m/\"\nmodule = \"wasm\"\n[location.module_config]\ncomponent = {:?}\n",
+        wasm.display().to_string()
+    );
+    let cache_env = cache.display().to_string();
+    let s = Server::start_with_env(crate::BIN, dir, &text, &[("RAMJET_WASM_CACHE", &cache_env)]);
+    assert!(s.get("/m/ok").text().starts_with("Hello, "));
+    let cached = crate::poll_until(|| {
+        let n = walk(&cache);
+        (n > 0).then_some(n)
+    });
+    assert!(cached > 0);
+    // Replace the file under the running server, then reload: the new module answers, and
+    // the connection kept open across the reload goes on.
+    let mut c = s.client();
+    c.send(b"GET /m/ok HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(c.response(false).text().starts_with("Hello, "));
+    std::fs::copy(component("misbehave"), &wasm).unwrap();
+    s.signal(libc::SIGHUP);
+    assert!(s.wait_for_log("configuration reloaded", Duration::from_secs(20)));
+    crate::poll_until(|| (s.get("/m/ok").text() == "ok\n").then_some(()));
+    c.send(b"GET /m/ok HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).text(), "ok\n");
+    s.assert_clean_log(&[]);
+}
+
+/// Files under `dir`, recursively.
+fn walk(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| {
+                    if e.path().is_dir() {
+                        walk(&e.path())
+                    } else {
+                        1
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}

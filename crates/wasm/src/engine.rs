@@ -1,0 +1,85 @@
+//! The process's one WebAssembly engine: Cranelift code compiled ahead of time and kept
+//! in an on-disk cache, instances from a pooling allocator (a request's instance costs no
+//! mapping from scratch), and an epoch clock that ticks every [`TICK`] so a running guest
+//! yields to the event loop and its CPU time is counted.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use wasmtime::{
+    Cache, CacheConfig, Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig,
+};
+
+use crate::options::MAX_MEMORY;
+
+/// How often the epoch advances: a running guest yields to the worker's other
+/// connections at least this often, and its CPU budget is counted in these.
+pub const TICK: Duration = Duration::from_millis(2);
+
+/// Instances alive at once in the whole process (requests in progress in modules).
+const POOLED_INSTANCES: u32 = 1000;
+
+static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+
+/// The engine, made on first use (with its epoch clock thread).
+pub fn engine() -> Result<&'static Engine, String> {
+    ENGINE
+        .get_or_init(|| {
+            let engine = build().map_err(|e| format!("the WebAssembly engine: {e:#}"))?;
+            let clock = engine.clone();
+            std::thread::Builder::new()
+                .name("wasm-epoch".into())
+                .spawn(move || loop {
+                    std::thread::sleep(TICK);
+                    clock.increment_epoch();
+                })
+                .map_err(|e| format!("the WebAssembly epoch clock: {e}"))?;
+            Ok(engine)
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Where compiled modules are kept: `RAMJET_WASM_CACHE`, else the user's cache directory
+/// (`$XDG_CACHE_HOME/ramjet/wasm` or `~/.cache/ramjet/wasm`), as wasmtime's own tool does.
+pub fn cache_directory() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("RAMJET_WASM_CACHE") {
+        return Some(dir.into());
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("ramjet").join("wasm"))
+}
+
+fn build() -> wasmtime::Result<Engine> {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    // Guest stacks: 512 KiB of wasm stack on a 1 MiB host fiber.
+    config.max_wasm_stack(512 << 10);
+    config.async_stack_size(1 << 20);
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(POOLED_INSTANCES);
+    pool.total_core_instances(POOLED_INSTANCES * 2);
+    pool.total_memories(POOLED_INSTANCES * 2);
+    pool.total_tables(POOLED_INSTANCES * 2);
+    pool.total_stacks(POOLED_INSTANCES);
+    pool.max_memory_size(MAX_MEMORY as usize);
+    // Pages a finished instance dirtied are given back to the kernel (beyond this many
+    // bytes kept resident for the next one).
+    pool.linear_memory_keep_resident(64 << 10);
+    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    if let Some(dir) = cache_directory() {
+        let mut cache = CacheConfig::new();
+        cache.with_directory(dir);
+        match Cache::new(cache) {
+            Ok(cache) => {
+                config.cache(Some(cache));
+            }
+            Err(e) => tracing::warn!("wasm: compiled modules will not be cached: {e:#}"),
+        }
+    }
+    Engine::new(&config)
+}

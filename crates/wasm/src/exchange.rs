@@ -1,0 +1,323 @@
+//! What a running module and the connection hand each other: the answer's head and body
+//! parts going out, request body pieces coming in, and why a call ended badly. The guest's
+//! host calls fill it from inside the instance's fiber; the driver ([`crate::call`]) reads it
+//! on the worker's event loop between polls.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use ramjet_modules::Piece;
+
+/// Bytes a module may write before its answer starts streaming on its own.
+pub const BUFFERED_MAX: u64 = 256 << 10;
+
+/// When streaming, a write waits while more than this is queued for the client (bytes and
+/// file ranges): enough to fill a socket buffer in one go, little enough per connection.
+pub const QUEUED_MAX: u64 = 64 << 10;
+
+/// Queued byte parts are handed to the connection joined up to this size.
+pub const JOINED_MAX: usize = 64 << 10;
+
+/// A header field as the module gave it.
+pub type Field = (String, Vec<u8>);
+
+/// Why a call ended without an answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cause {
+    /// It used more CPU time than its budget.
+    Cpu,
+    /// It asked for memory past its cap.
+    Memory,
+}
+
+/// The request body as the module asked for it.
+#[derive(Debug, Default)]
+pub enum BodyTurn {
+    /// Nothing asked.
+    #[default]
+    Idle,
+    /// The module waits for a piece of at most this many bytes.
+    Wanted(u32),
+    /// A piece (or the end: `None`) handed over, not yet taken.
+    Given(Result<Option<Bytes>, BodyFailure>),
+}
+
+/// Why the body could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyFailure {
+    Aborted,
+    Gone,
+}
+
+/// The shared state of one call.
+#[derive(Debug, Default)]
+pub struct Exchange {
+    /// Status and header fields, once `respond` was called.
+    pub head: Option<(u16, Vec<Field>)>,
+    /// Body parts not yet handed to the connection.
+    pub parts: VecDeque<Piece>,
+    /// Bytes (not file ranges) among `parts` before streaming.
+    pub buffered: u64,
+    /// Bytes and file range lengths among `parts`.
+    pub queued: u64,
+    /// The answer goes out as it is written (after `flush`, or past [`BUFFERED_MAX`]).
+    pub streaming: bool,
+    /// The request body handshake.
+    pub body: BodyTurn,
+    /// What was read of a body piece beyond what the module asked for.
+    pub leftover: Bytes,
+    /// The request body can no longer be read (the answer is streaming).
+    pub body_gone: bool,
+    /// Why the call ended badly, when the host knows better than the trap.
+    pub cause: Option<Cause>,
+    /// CPU time the module has used, over the polls that ended.
+    pub cpu_used: Duration,
+    /// The thread's CPU clock when the poll now running began.
+    pub poll_began: Option<Duration>,
+}
+
+/// A handle on one call's [`Exchange`], shared by the store and the driver.
+#[derive(Debug, Clone, Default)]
+pub struct Shared(Arc<Mutex<Exchange>>);
+
+impl Shared {
+    /// The exchange. Never held across an await; a poisoned lock (a panic elsewhere while
+    /// it was held) still gives the data.
+    pub fn lock(&self) -> MutexGuard<'_, Exchange> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Exchange {
+    /// CPU time used so far, given the thread's CPU clock now.
+    pub fn cpu_time(&self, now: Duration) -> Duration {
+        self.cpu_used
+            + self
+                .poll_began
+                .map_or(Duration::ZERO, |b| now.saturating_sub(b))
+    }
+
+    /// Append bytes to the body; start streaming when too much is waiting.
+    pub fn write(&mut self, bytes: Bytes) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.buffered += bytes.len() as u64;
+        self.queued += bytes.len() as u64;
+        self.parts.push_back(Piece::Bytes(bytes));
+        if self.buffered > BUFFERED_MAX {
+            self.start_streaming();
+        }
+    }
+
+    /// Append a file range to the body.
+    pub fn send_file(&mut self, file: Arc<File>, offset: u64, len: u64) {
+        if len > 0 {
+            self.queued += len;
+            self.parts.push_back(Piece::File { file, offset, len });
+        }
+    }
+
+    /// Whether a streaming module must wait for the client before it writes more.
+    pub fn backed_up(&self) -> bool {
+        self.streaming && self.queued > QUEUED_MAX
+    }
+
+    /// The next part for the connection: consecutive byte parts joined (up to
+    /// [`JOINED_MAX`]), or a file range of at most `file_max` bytes (the rest stays first in
+    /// the queue).
+    pub fn take_part(&mut self, file_max: u64) -> Option<Piece> {
+        let part = match self.parts.pop_front()? {
+            Piece::File { file, offset, len } if len > file_max => {
+                let rest = Piece::File {
+                    file: file.clone(),
+                    offset: offset + file_max,
+                    len: len - file_max,
+                };
+                self.parts.push_front(rest);
+                Piece::File {
+                    file,
+                    offset,
+                    len: file_max,
+                }
+            }
+            Piece::Bytes(first) => {
+                let mut joined: Option<bytes::BytesMut> = None;
+                while let Some(Piece::Bytes(next)) = self.parts.front() {
+                    let so_far = joined.as_ref().map_or(first.len(), |j| j.len());
+                    if so_far + next.len() > JOINED_MAX {
+                        break;
+                    }
+                    let j = joined.get_or_insert_with(|| bytes::BytesMut::from(&first[..]));
+                    j.extend_from_slice(next);
+                    self.parts.pop_front();
+                }
+                Piece::Bytes(joined.map_or(first, |j| j.freeze()))
+            }
+            file => file,
+        };
+        self.queued -= match &part {
+            Piece::Bytes(b) => b.len() as u64,
+            Piece::File { len, .. } => *len,
+        };
+        Some(part)
+    }
+
+    /// Go out as written from now on (with a 200 head if the module gave none).
+    pub fn start_streaming(&mut self) {
+        if self.head.is_none() {
+            self.head = Some((200, Vec::new()));
+        }
+        self.streaming = true;
+    }
+
+    /// Set the head, once; header fields with CR, LF or a bad name are dropped.
+    pub fn respond(&mut self, status: u16, fields: &[Field]) {
+        if self.head.is_some() {
+            return;
+        }
+        let status = if (100..=999).contains(&status) {
+            status
+        } else {
+            500
+        };
+        let bad = |b: &u8| *b == b'\r' || *b == b'\n' || *b == 0;
+        let kept = fields
+            .iter()
+            .filter(|(name, value)| {
+                !name.is_empty()
+                    && name.bytes().all(|b| b.is_ascii_graphic() && b != b':')
+                    && !value.iter().any(bad)
+            })
+            .cloned()
+            .collect();
+        self.head = Some((status, kept));
+    }
+
+    /// Whether the module waits for a body piece not yet given.
+    pub fn wants_body(&self) -> Option<u32> {
+        match self.body {
+            BodyTurn::Wanted(max) => Some(max),
+            _ => None,
+        }
+    }
+
+    /// Hand the waiting module a body piece, keeping what is beyond what it asked for.
+    pub fn give_body(&mut self, piece: Result<Option<Bytes>, BodyFailure>) {
+        let max = self.wants_body().unwrap_or(u32::MAX) as usize;
+        let piece = piece.map(|p| {
+            p.map(|mut b| {
+                if b.len() > max {
+                    self.leftover = b.split_off(max);
+                }
+                b
+            })
+        });
+        self.body = BodyTurn::Given(piece);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_head_is_set_once_and_bad_fields_are_dropped() {
+        let mut x = Exchange::default();
+        x.respond(
+            201,
+            &[
+                ("A".into(), b"1".to_vec()),
+                ("B\r\nX".into(), b"2".to_vec()),
+                ("C".into(), b"3\r\nInjected: 1".to_vec()),
+                ("".into(), b"4".to_vec()),
+                ("D:".into(), b"5".to_vec()),
+                ("E".into(), b"".to_vec()),
+            ],
+        );
+        x.respond(404, &[]);
+        let kept = vec![
+            ("A".to_string(), b"1".to_vec()),
+            ("E".to_string(), Vec::new()),
+        ];
+        assert_eq!(x.head, Some((201, kept)));
+        let mut y = Exchange::default();
+        y.respond(7, &[]);
+        assert_eq!(y.head.unwrap().0, 500);
+    }
+
+    #[test]
+    fn writing_past_the_buffer_starts_streaming() {
+        let mut x = Exchange::default();
+        x.write(Bytes::new());
+        assert!(x.parts.is_empty());
+        x.write(Bytes::from(vec![0; BUFFERED_MAX as usize]));
+        assert!(!x.streaming && x.head.is_none());
+        x.write(Bytes::from_static(b"1"));
+        assert!(x.streaming);
+        assert_eq!(
+            x.head,
+            Some((200, Vec::new())),
+            "a streamed answer needs a head"
+        );
+    }
+
+    #[test]
+    fn queued_parts_are_joined_and_files_cut() {
+        let mut x = Exchange::default();
+        for _ in 0..3 {
+            x.write(Bytes::from_static(b"ab"));
+        }
+        let file = Arc::new(File::open("/dev/null").unwrap());
+        x.send_file(file.clone(), 10, 100);
+        x.write(Bytes::from(vec![b'z'; JOINED_MAX]));
+        x.write(Bytes::from_static(b"y"));
+        assert_eq!(x.queued, 6 + 100 + JOINED_MAX as u64 + 1);
+        assert!(matches!(x.take_part(64), Some(Piece::Bytes(b)) if b == "ababab"));
+        assert!(matches!(
+            x.take_part(64),
+            Some(Piece::File {
+                offset: 10,
+                len: 64,
+                ..
+            })
+        ));
+        assert!(matches!(
+            x.take_part(64),
+            Some(Piece::File {
+                offset: 74,
+                len: 36,
+                ..
+            })
+        ));
+        // Joined only up to the limit.
+        assert!(matches!(x.take_part(64), Some(Piece::Bytes(b)) if b.len() == JOINED_MAX));
+        assert!(matches!(x.take_part(64), Some(Piece::Bytes(b)) if b == "y"));
+        assert_eq!((x.take_part(64).is_none(), x.queued), (true, 0));
+    }
+
+    #[test]
+    fn a_streaming_writer_waits_past_the_queue_limit() {
+        let mut x = Exchange::default();
+        x.write(Bytes::from(vec![0; QUEUED_MAX as usize + 1]));
+        assert!(!x.backed_up(), "not streaming yet: buffered");
+        x.start_streaming();
+        assert!(x.backed_up());
+        x.take_part(u64::MAX);
+        assert!(!x.backed_up());
+    }
+
+    #[test]
+    fn a_body_piece_larger_than_asked_is_split() {
+        let mut x = Exchange {
+            body: BodyTurn::Wanted(3),
+            ..Exchange::default()
+        };
+        x.give_body(Ok(Some(Bytes::from_static(b"abcdef"))));
+        assert!(matches!(&x.body, BodyTurn::Given(Ok(Some(b))) if b == "abc"));
+        assert_eq!(x.leftover, "def");
+    }
+}

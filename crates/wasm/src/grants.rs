@@ -1,0 +1,188 @@
+//! What a mount grants its module: named file trees (read-only, never left), settings, and
+//! a key-value store shared by every worker and request of the mount.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use ramjet_runtime::sys::{self, FileStat, OpenPolicy};
+
+/// Limits of the key-value store.
+pub const KEY_MAX: usize = 256;
+pub const VALUE_MAX: usize = 64 << 10;
+pub const KEYS_MAX: usize = 10_000;
+
+/// One mount's grants.
+pub struct Grants {
+    /// How log lines name the module: `wasm module /w/ (hello.wasm)`.
+    pub name: String,
+    pub trees: BTreeMap<String, Arc<File>>,
+    pub vars: BTreeMap<String, String>,
+    store: Mutex<HashMap<String, Vec<u8>>>,
+}
+
+/// Why a file was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    NoTree,
+    NotFound,
+    Denied,
+    Io,
+}
+
+impl Grants {
+    pub fn new(
+        name: String,
+        trees: BTreeMap<String, File>,
+        vars: BTreeMap<String, String>,
+    ) -> Grants {
+        Grants {
+            name,
+            trees: trees.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
+            vars,
+            store: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The tree `tree` and `path` made relative to it: `None` (not found) for `..`, `.`,
+    /// empty components, NUL; `Denied` for a hidden name (a dot first), as the static
+    /// handler hides them.
+    pub fn locate(&self, tree: &str, path: &str) -> Result<(Arc<File>, Vec<u8>), Refusal> {
+        let dir = self.trees.get(tree).ok_or(Refusal::NoTree)?;
+        let mut rel = Vec::with_capacity(path.len());
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            if part == "." || part == ".." || part.contains('\0') {
+                return Err(Refusal::NotFound);
+            }
+            if part.starts_with('.') {
+                return Err(Refusal::Denied);
+            }
+            if !rel.is_empty() {
+                rel.push(b'/');
+            }
+            rel.extend_from_slice(part.as_bytes());
+        }
+        if rel.is_empty() {
+            return Err(Refusal::NotFound);
+        }
+        Ok((dir.clone(), rel))
+    }
+
+    /// Open a regular file of a tree: from the kernel's caches on the event loop, else on
+    /// the blocking pool. The kernel keeps it beneath the tree (`openat2`,
+    /// `RESOLVE_BENEATH`): symlinks may point within it, never out.
+    pub async fn open(&self, tree: &str, path: &str) -> Result<(Arc<File>, FileStat), Refusal> {
+        let (dir, rel) = self.locate(tree, path)?;
+        let opened = match sys::open_beneath_cached(&dir, &rel, OpenPolicy::Beneath) {
+            Err(e) if sys::needs_blocking_open(&e) => tokio::task::spawn_blocking(move || {
+                sys::open_beneath(&dir, &rel, OpenPolicy::Beneath)
+            })
+            .await
+            .map_err(|_| Refusal::Io)?,
+            other => other,
+        };
+        let (file, stat) = opened.map_err(|e| refusal(&e))?;
+        if !stat.is_file {
+            return Err(Refusal::NotFound);
+        }
+        Ok((Arc::new(file), stat))
+    }
+
+    pub fn get(&self, key: &str) -> Option<Vec<u8>> {
+        self.store
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned()
+    }
+
+    /// Store `value` under `key`: false past the limits.
+    pub fn set(&self, key: &str, value: Vec<u8>) -> bool {
+        if key.len() > KEY_MAX || value.len() > VALUE_MAX {
+            return false;
+        }
+        let mut store = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        if store.len() >= KEYS_MAX && !store.contains_key(key) {
+            return false;
+        }
+        store.insert(key.to_string(), value);
+        true
+    }
+
+    pub fn delete(&self, key: &str) {
+        self.store
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+}
+
+fn refusal(e: &io::Error) -> Refusal {
+    match e.kind() {
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => Refusal::NotFound,
+        io::ErrorKind::PermissionDenied => Refusal::Denied,
+        // EXDEV: a symlink out of the tree; ELOOP: too many.
+        _ if e.raw_os_error() == Some(18) || sys::is_symlink_loop(e) => Refusal::Denied,
+        _ => Refusal::Io,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grants(dir: &std::path::Path) -> Grants {
+        let mut trees = BTreeMap::new();
+        trees.insert("www".to_string(), File::open(dir).unwrap());
+        Grants::new("t".into(), trees, BTreeMap::new())
+    }
+
+    #[test]
+    fn paths_never_leave_their_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let g = grants(dir.path());
+        assert_eq!(g.locate("www", "/a/b.txt").unwrap().1, b"a/b.txt");
+        assert_eq!(g.locate("www", "a//b").unwrap().1, b"a/b");
+        assert_eq!(g.locate("nope", "a").unwrap_err(), Refusal::NoTree);
+        for bad in ["", "/", "../x", "a/../../x", "./a", "a\0b"] {
+            assert_eq!(
+                g.locate("www", bad).unwrap_err(),
+                Refusal::NotFound,
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            g.locate("www", "a/.git/config").unwrap_err(),
+            Refusal::Denied
+        );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn symlinks_out_of_the_tree_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"s").unwrap();
+        std::fs::write(dir.path().join("f"), b"hello").unwrap();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join("out")).unwrap();
+        std::os::unix::fs::symlink("f", dir.path().join("in")).unwrap();
+        let g = grants(dir.path());
+        assert_eq!(g.open("www", "f").await.unwrap().1.size, 5);
+        assert_eq!(g.open("www", "in").await.unwrap().1.size, 5);
+        assert_eq!(g.open("www", "out").await.unwrap_err(), Refusal::Denied);
+        assert_eq!(g.open("www", "d").await.unwrap_err(), Refusal::NotFound);
+        assert_eq!(g.open("www", "nope").await.unwrap_err(), Refusal::NotFound);
+    }
+
+    #[test]
+    fn the_store_keeps_its_limits() {
+        let g = grants(std::path::Path::new("/"));
+        assert!(g.set("k", b"v".to_vec()));
+        assert_eq!(g.get("k").as_deref(), Some(&b"v"[..]));
+        assert!(!g.set(&"k".repeat(KEY_MAX + 1), Vec::new()));
+        assert!(!g.set("big", vec![0; VALUE_MAX + 1]));
+        g.delete("k");
+        assert_eq!(g.get("k"), None);
+    }
+}

@@ -1,0 +1,299 @@
+//! One call's store data and the functions the module imports (`wit/module.wit`): each
+//! reads or fills the call's [`Exchange`], or a grant of the mount.
+
+use std::future::poll_fn;
+use std::sync::Arc;
+use std::task::Poll;
+
+use bytes::Bytes;
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, StoreLimits};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use crate::bindings::ramjet::module::{files, host, http};
+use crate::exchange::{BodyFailure, BodyTurn, Cause, Shared};
+use crate::grants::{Grants, Refusal};
+
+/// The most a module's `files.read` returns at once.
+const READ_MAX: u32 = 1 << 20;
+
+/// What the module's standard error keeps (the last of it goes into the log line of a
+/// failed call: a Rust module's panic message).
+pub const STDERR_KEPT: usize = 4096;
+
+/// One call's store data.
+pub struct State {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: Limits,
+    pub shared: Shared,
+    pub grants: Arc<Grants>,
+    pub stderr: MemoryOutputPipe,
+}
+
+impl State {
+    pub fn new(grants: Arc<Grants>, shared: Shared, memory: u64) -> State {
+        let stderr = MemoryOutputPipe::new(STDERR_KEPT);
+        // Nothing of the host: no files, no environment, no arguments, no network. Clocks
+        // and randomness only.
+        let wasi = WasiCtx::builder().stderr(stderr.clone()).build();
+        State {
+            wasi,
+            table: ResourceTable::new(),
+            limits: Limits {
+                store: wasmtime::StoreLimitsBuilder::new()
+                    .memory_size(memory as usize)
+                    .instances(64)
+                    .build(),
+                shared: shared.clone(),
+            },
+            shared,
+            grants,
+            stderr,
+        }
+    }
+
+    pub fn limiter(&mut self) -> &mut dyn ResourceLimiter {
+        &mut self.limits
+    }
+}
+
+/// Wait until the connection has taken enough of what was written (when streaming).
+async fn drained(shared: Shared) {
+    poll_fn(move |_| {
+        if !shared.lock().backed_up() {
+            Poll::Ready(())
+        } else {
+            // The driver polls again once it has handed the parts on.
+            Poll::Pending
+        }
+    })
+    .await
+}
+
+/// The memory cap, noting when it refused a growth.
+struct Limits {
+    store: StoreLimits,
+    shared: Shared,
+}
+
+impl ResourceLimiter for Limits {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let allowed = self.store.memory_growing(current, desired, maximum)?;
+        if !allowed {
+            self.shared.lock().cause = Some(Cause::Memory);
+        }
+        Ok(allowed)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.store.table_growing(current, desired, maximum)
+    }
+
+    fn instances(&self) -> usize {
+        self.store.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.store.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.store.memories()
+    }
+}
+
+impl WasiView for State {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl http::Host for State {
+    async fn read_body(&mut self, max: u32) -> Result<Option<Vec<u8>>, http::BodyError> {
+        let max = max.max(1);
+        {
+            let mut x = self.shared.lock();
+            if !x.leftover.is_empty() {
+                let n = x.leftover.len().min(max as usize);
+                return Ok(Some(x.leftover.split_to(n).to_vec()));
+            }
+            if x.body_gone {
+                return Err(http::BodyError::Gone);
+            }
+            x.body = BodyTurn::Wanted(max);
+        }
+        let shared = self.shared.clone();
+        let piece = poll_fn(move |_| {
+            let mut x = shared.lock();
+            match std::mem::take(&mut x.body) {
+                BodyTurn::Given(piece) => Poll::Ready(piece),
+                other => {
+                    // The driver reads from the client and polls again.
+                    x.body = other;
+                    Poll::Pending
+                }
+            }
+        })
+        .await;
+        match piece {
+            Ok(p) => Ok(p.map(|b| b.to_vec())),
+            Err(BodyFailure::Aborted) => Err(http::BodyError::Aborted),
+            Err(BodyFailure::Gone) => Err(http::BodyError::Gone),
+        }
+    }
+
+    async fn respond(&mut self, status: u16, headers: Vec<(String, Vec<u8>)>) {
+        self.shared.lock().respond(status, &headers);
+    }
+
+    async fn write(&mut self, bytes: Vec<u8>) {
+        self.shared.lock().write(Bytes::from(bytes));
+        drained(self.shared.clone()).await;
+    }
+
+    async fn flush(&mut self) {
+        self.shared.lock().start_streaming();
+        // Hand control to the driver once, so the head goes out now.
+        let mut yielded = false;
+        poll_fn(|_| {
+            if std::mem::replace(&mut yielded, true) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        drained(self.shared.clone()).await;
+    }
+}
+
+fn file_error(r: Refusal) -> files::FileError {
+    match r {
+        Refusal::NoTree => files::FileError::NoTree,
+        Refusal::NotFound => files::FileError::NotFound,
+        Refusal::Denied => files::FileError::Denied,
+        Refusal::Io => files::FileError::Io,
+    }
+}
+
+impl files::Host for State {
+    async fn size(&mut self, tree: String, path: String) -> Result<u64, files::FileError> {
+        let (_, stat) = self
+            .grants
+            .clone()
+            .open(&tree, &path)
+            .await
+            .map_err(file_error)?;
+        Ok(stat.size)
+    }
+
+    async fn send(
+        &mut self,
+        tree: String,
+        path: String,
+        offset: u64,
+        len: Option<u64>,
+    ) -> Result<u64, files::FileError> {
+        let (file, stat) = self
+            .grants
+            .clone()
+            .open(&tree, &path)
+            .await
+            .map_err(file_error)?;
+        let len = match len {
+            None if offset <= stat.size => stat.size - offset,
+            Some(len) if offset.checked_add(len).is_some_and(|end| end <= stat.size) => len,
+            _ => return Err(files::FileError::InvalidRange),
+        };
+        self.shared.lock().send_file(file, offset, len);
+        drained(self.shared.clone()).await;
+        Ok(len)
+    }
+
+    async fn read(
+        &mut self,
+        tree: String,
+        path: String,
+        offset: u64,
+        len: u32,
+    ) -> Result<Vec<u8>, files::FileError> {
+        let (file, stat) = self
+            .grants
+            .clone()
+            .open(&tree, &path)
+            .await
+            .map_err(file_error)?;
+        if offset > stat.size {
+            return Err(files::FileError::InvalidRange);
+        }
+        let len = (len.min(READ_MAX) as u64).min(stat.size - offset) as usize;
+        tokio::task::spawn_blocking(move || {
+            let mut buf = vec![0; len];
+            let mut done = 0;
+            while done < len {
+                match std::os::unix::fs::FileExt::read_at(
+                    &*file,
+                    &mut buf[done..],
+                    offset + done as u64,
+                ) {
+                    Ok(0) => break,
+                    Ok(n) => done += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => return Err(files::FileError::Io),
+                }
+            }
+            buf.truncate(done);
+            Ok(buf)
+        })
+        .await
+        .map_err(|_| files::FileError::Io)?
+    }
+}
+
+impl host::Host for State {
+    async fn log(&mut self, level: host::Level, message: String) {
+        let name = &self.grants.name;
+        let message: String = message
+            .chars()
+            .take(2000)
+            .filter(|c| !c.is_control())
+            .collect();
+        match level {
+            host::Level::Error => tracing::error!("{name}: {message}"),
+            host::Level::Warn => tracing::warn!("{name}: {message}"),
+            host::Level::Info => tracing::info!("{name}: {message}"),
+            host::Level::Debug => tracing::debug!("{name}: {message}"),
+        }
+    }
+
+    async fn var(&mut self, name: String) -> Option<String> {
+        self.grants.vars.get(&name).cloned()
+    }
+
+    async fn get(&mut self, key: String) -> Option<Vec<u8>> {
+        self.grants.get(&key)
+    }
+
+    async fn set(&mut self, key: String, value: Vec<u8>) -> bool {
+        self.grants.set(&key, value)
+    }
+
+    async fn delete(&mut self, key: String) {
+        self.grants.delete(&key)
+    }
+}

@@ -1,0 +1,122 @@
+//! The example WebAssembly module, small enough to copy.
+//!
+//! - `GET /`: a greeting (the `greeting` var, else "Hello"), what it sees of the request,
+//!   and a count of requests kept in the mount's store.
+//! - `GET /?lines=N`: N numbered lines, streamed: each is written when the client has
+//!   taken the one before.
+//! - `GET /file/PATH`: PATH from the granted tree `www`, sent by the server with sendfile
+//!   between two lines of text.
+//! - `POST`: the body's length and first line.
+//! - anything else: 405 with `Allow`.
+
+use ramjet_module::{files, respond, store, var, write, Handler, Request, RequestExt};
+
+struct Hello;
+
+const TEXT: &[u8] = b"text/plain; charset=utf-8";
+
+impl Handler for Hello {
+    fn handle(req: Request) {
+        match req.method.as_str() {
+            "GET" | "HEAD" => get(&req),
+            "POST" => post(),
+            _ => {
+                respond(
+                    405,
+                    &[("content-type", TEXT), ("allow", b"GET, HEAD, POST")],
+                );
+                write(b"GET, HEAD or POST\n");
+            }
+        }
+    }
+}
+
+fn get(req: &Request) {
+    let rel = req
+        .path
+        .strip_prefix(req.mount.as_bytes())
+        .unwrap_or(&req.path);
+    if let Some(path) = rel.strip_prefix(b"file/") {
+        return file(&String::from_utf8_lossy(path));
+    }
+    let greeting = var("greeting").unwrap_or_else(|| "Hello".into());
+    if let Some(n) = req.param("lines").and_then(|n| n.parse::<u64>().ok()) {
+        respond(
+            200,
+            &[("content-type", TEXT), ("cache-control", b"no-store")],
+        );
+        ramjet_module::flush();
+        for i in 1..=n {
+            write(format!("{greeting} {i} of {n}\n").as_bytes());
+        }
+        return;
+    }
+    let hits = store::get("hits")
+        .and_then(|v| Some(u64::from_le_bytes(v.try_into().ok()?)))
+        .unwrap_or(0)
+        + 1;
+    store::set("hits", &hits.to_le_bytes());
+    respond(
+        200,
+        &[("content-type", TEXT), ("cache-control", b"no-store")],
+    );
+    let client = req
+        .client
+        .rsplit_once(':')
+        .map_or(&*req.client, |(ip, _)| ip);
+    write(
+        format!(
+            "{greeting}, {client}!\nmethod {} target {} query {}\nrequest {hits} to this mount\n",
+            req.method,
+            req.uri,
+            req.query.as_deref().unwrap_or("-"),
+        )
+        .as_bytes(),
+    );
+}
+
+fn file(path: &str) {
+    let status = match files::size("www", path) {
+        Ok(_) => 200,
+        Err(files::FileError::NotFound | files::FileError::NoTree) => 404,
+        Err(files::FileError::Denied) => 403,
+        Err(_) => 500,
+    };
+    respond(status, &[("content-type", TEXT)]);
+    if status != 200 {
+        write(format!("{status} for {path}\n").as_bytes());
+        return;
+    }
+    write(b"--- file ---\n");
+    if files::send("www", path, 0, None).is_err() {
+        ramjet_module::log(
+            ramjet_module::Level::Warn,
+            &format!("{path} changed while sent"),
+        );
+    }
+    write(b"--- end ---\n");
+}
+
+fn post() {
+    match ramjet_module::body(1 << 20) {
+        Ok(body) => {
+            let first = body.split(|&b| b == b'\n').next().unwrap_or_default();
+            respond(200, &[("content-type", TEXT)]);
+            write(
+                format!(
+                    "{} bytes, first line {:?}\n",
+                    body.len(),
+                    String::from_utf8_lossy(first)
+                )
+                .as_bytes(),
+            );
+        }
+        Err(ramjet_module::WholeBody::TooLarge) => {
+            respond(413, &[("content-type", TEXT)]);
+            write(b"body too large\n");
+        }
+        Err(_) => respond(400, &[]),
+    }
+}
+
+ramjet_module::export!(Hello);

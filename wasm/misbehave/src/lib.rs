@@ -1,0 +1,67 @@
+//! A module that does what a module must not, one thing per path, so the tests can show
+//! each is contained: the request fails with 500 (or a refusal) and one log line, and the
+//! worker's other clients notice nothing.
+//!
+//! - `/panic`: panics (a trap, with the panic message on standard error)
+//! - `/loop`: never returns
+//! - `/oom`: allocates until its memory cap refuses
+//! - `/escape`: asks for files outside its tree, by `..` and by symlink
+//! - `/trap-late`: streams a line, then panics
+//! - `/ok`: answers normally
+
+use ramjet_module::{files, flush, respond, write, Handler, Request};
+
+struct Misbehave;
+
+impl Handler for Misbehave {
+    fn handle(req: Request) {
+        let rel = req
+            .path
+            .strip_prefix(req.mount.as_bytes())
+            .unwrap_or(&req.path);
+        match rel {
+            b"panic" => panic!("asked to panic"),
+            b"loop" => {
+                let mut n: u64 = 0;
+                loop {
+                    n = std::hint::black_box(n.wrapping_add(1));
+                }
+            }
+            b"oom" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1u8; 1 << 20]);
+                    std::hint::black_box(&hoard);
+                }
+            }
+            b"escape" => {
+                let mut out = String::new();
+                for path in [
+                    "../secret",
+                    "/../secret",
+                    "link-out",
+                    "sub/../../secret",
+                    ".hidden",
+                ] {
+                    let r = files::send("www", path, 0, None);
+                    out.push_str(&format!("{path}: {r:?}\n"));
+                }
+                out.push_str(&format!("other tree: {:?}\n", files::size("etc", "passwd")));
+                respond(200, &[]);
+                write(out.as_bytes());
+            }
+            b"trap-late" => {
+                respond(200, &[]);
+                write(b"a first line\n");
+                flush();
+                panic!("asked to fail mid-answer");
+            }
+            _ => {
+                respond(200, &[]);
+                write(b"ok\n");
+            }
+        }
+    }
+}
+
+ramjet_module::export!(Misbehave);

@@ -1,0 +1,168 @@
+//! Write a ramjet module in Rust: implement [`Handler`], name your type with [`export!`],
+//! build for `wasm32-wasip2`, mount the `.wasm` file with `module = "wasm"`.
+//!
+//! ```ignore
+//! use ramjet_module::{respond, write, Handler, Request};
+//!
+//! struct Hi;
+//!
+//! impl Handler for Hi {
+//!     fn handle(req: Request) {
+//!         respond(200, &[("content-type", b"text/plain")]);
+//!         write(format!("hi, {}\n", req.client).as_bytes());
+//!     }
+//! }
+//!
+//! ramjet_module::export!(Hi);
+//! ```
+//!
+//! ramjet calls `handle` once per request in a fresh instance: globals do not outlive the
+//! request (use [`store`] for what must). The instance has a memory cap and a CPU budget;
+//! a panic, a trap or running past either answers 500 and is logged under the module's
+//! name.
+
+#[doc(hidden)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        world: "module",
+        path: "../../wit",
+        pub_export_macro: true,
+        default_bindings_module: "ramjet_module::bindings",
+    });
+}
+
+use bindings::ramjet::module::{files as wit_files, host, http};
+
+pub use bindings::Guest as Handler;
+pub use http::{BodyError, Request};
+
+/// Name the type that implements [`Handler`]: `ramjet_module::export!(MyModule);`.
+#[macro_export]
+macro_rules! export {
+    ($t:ident) => {
+        $crate::bindings::export!($t with_types_in $crate::bindings);
+    };
+}
+
+/// Begin the answer with `status` and header fields (once; `Date`, `Server`, framing are
+/// the server's).
+pub fn respond(status: u16, headers: &[(&str, &[u8])]) {
+    let fields: Vec<(String, Vec<u8>)> = headers
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_vec()))
+        .collect();
+    http::respond(status, &fields);
+}
+
+/// Append bytes to the body.
+pub fn write(bytes: &[u8]) {
+    http::write(bytes);
+}
+
+/// Send what the body holds now and stream the rest (each later write waits for the
+/// client).
+pub fn flush() {
+    http::flush();
+}
+
+/// The next piece of the request body (`None` at its end).
+pub fn read_body(max: u32) -> Result<Option<Vec<u8>>, BodyError> {
+    http::read_body(max)
+}
+
+/// Why the whole body could not be had.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WholeBody {
+    TooLarge,
+    Failed(BodyError),
+}
+
+/// The whole request body, refused past `limit` bytes.
+pub fn body(limit: usize) -> Result<Vec<u8>, WholeBody> {
+    let mut out = Vec::new();
+    while let Some(piece) = read_body(64 << 10).map_err(WholeBody::Failed)? {
+        if out.len() + piece.len() > limit {
+            return Err(WholeBody::TooLarge);
+        }
+        out.extend_from_slice(&piece);
+    }
+    Ok(out)
+}
+
+/// Helpers on the request record.
+pub trait RequestExt {
+    /// The first header field called `name` (any case).
+    fn header(&self, name: &str) -> Option<&[u8]>;
+    /// The undecoded value of query parameter `name`.
+    fn param(&self, name: &str) -> Option<&str>;
+}
+
+impl RequestExt for Request {
+    fn header(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_slice())
+    }
+
+    fn param(&self, name: &str) -> Option<&str> {
+        self.query
+            .as_deref()?
+            .split('&')
+            .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v)
+    }
+}
+
+/// The file trees the location grants (`files = { NAME = "/dir" }`), read-only.
+pub mod files {
+    use super::wit_files;
+    pub use wit_files::FileError;
+
+    /// The size of `path` in tree `tree`.
+    pub fn size(tree: &str, path: &str) -> Result<u64, FileError> {
+        wit_files::size(tree, path)
+    }
+
+    /// Append a range of the file (all of it from `offset` when `len` is `None`) to the
+    /// body; the server sends it with sendfile, the module never holds its bytes.
+    pub fn send(tree: &str, path: &str, offset: u64, len: Option<u64>) -> Result<u64, FileError> {
+        wit_files::send(tree, path, offset, len)
+    }
+
+    /// Read up to `len` bytes from `offset`.
+    pub fn read(tree: &str, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, FileError> {
+        wit_files::read(tree, path, offset, len)
+    }
+}
+
+/// The location's key-value store, shared by all requests and workers of the mount.
+pub mod store {
+    use super::host;
+
+    pub fn get(key: &str) -> Option<Vec<u8>> {
+        host::get(key)
+    }
+
+    /// False past the limits (keys of 256 bytes, values of 64 KiB, 10,000 keys).
+    pub fn set(key: &str, value: &[u8]) -> bool {
+        host::set(key, value)
+    }
+
+    pub fn delete(key: &str) {
+        host::delete(key)
+    }
+}
+
+pub use host::Level;
+
+/// A line in the server's log, under the module's name.
+pub fn log(level: Level, message: &str) {
+    host::log(level, message);
+}
+
+/// A setting from the location's `vars` table.
+pub fn var(name: &str) -> Option<String> {
+    host::var(name)
+}
