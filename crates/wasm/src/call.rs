@@ -100,7 +100,7 @@ pub async fn call(m: Arc<Mounted>, req: &ModuleRequest<'_>) -> Reply {
         })
         .await;
         match step {
-            Some(Ok(())) => return whole(&shared),
+            Some(Ok(())) => return shared.lock().whole(),
             Some(Err(e)) => return failed(&m, &shared, &e, &stderr),
             None if shared.lock().streaming => {
                 return streamed(m, shared, running, stderr);
@@ -127,33 +127,6 @@ fn poll_guest(
     x.cpu_used += thread_cpu_time().saturating_sub(began);
     x.poll_began = None;
     polled
-}
-
-/// The head a reply starts with.
-fn head(status: u16, fields: &[(String, Vec<u8>)]) -> Reply {
-    let mut reply = Reply::new(status);
-    for (name, value) in fields {
-        reply.add_header(name, value);
-    }
-    reply
-}
-
-/// `handle` returned: everything it wrote, with its length.
-fn whole(shared: &Shared) -> Reply {
-    let mut x = shared.lock();
-    let parts = std::mem::take(&mut x.parts);
-    let mut reply = match &x.head {
-        Some((status, fields)) => head(*status, fields),
-        None if parts.is_empty() => Reply::new(204),
-        None => Reply::new(200),
-    };
-    for part in parts {
-        match part {
-            Piece::Bytes(b) => reply.push_bytes(b),
-            Piece::File { file, offset, len } => reply.push_file(file, offset, len),
-        }
-    }
-    reply
 }
 
 /// Why a call failed, for its log line.
@@ -213,8 +186,7 @@ fn streamed(m: Arc<Mounted>, shared: Shared, running: Running, stderr: MemoryOut
         if x.wants_body().is_some() {
             x.give_body(Err(BodyFailure::Gone));
         }
-        let (status, fields) = x.head.clone().unwrap_or((200, Vec::new()));
-        head(status, &fields)
+        x.head_reply()
     };
     reply.stream(Streamed {
         m,

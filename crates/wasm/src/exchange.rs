@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
-use ramjet_modules::Piece;
+use ramjet_modules::{Piece, Reply};
 
 /// Bytes a module may write before its answer starts streaming on its own.
 pub const BUFFERED_MAX: u64 = 256 << 10;
@@ -121,6 +121,36 @@ impl Exchange {
         }
     }
 
+    /// The reply's head: the module's status and fields, 200 if it gave none.
+    pub fn head_reply(&self) -> Reply {
+        let (status, fields) = self
+            .head
+            .as_ref()
+            .map_or((200, &[][..]), |(s, f)| (*s, &f[..]));
+        let mut reply = Reply::new(status);
+        for (name, value) in fields {
+            reply.add_header(name, value);
+        }
+        reply
+    }
+
+    /// The module returned: everything it wrote, in one reply with its length (204 when
+    /// it answered nothing at all).
+    pub fn whole(&mut self) -> Reply {
+        let mut reply = match self.head {
+            None if self.parts.is_empty() => Reply::new(204),
+            _ => self.head_reply(),
+        };
+        self.queued = 0;
+        for part in std::mem::take(&mut self.parts) {
+            match part {
+                Piece::Bytes(b) => reply.push_bytes(b),
+                Piece::File { file, offset, len } => reply.push_file(file, offset, len),
+            }
+        }
+        reply
+    }
+
     /// Whether a streaming module must wait for the client before it writes more.
     pub fn backed_up(&self) -> bool {
         self.streaming && self.queued > QUEUED_MAX
@@ -220,6 +250,18 @@ impl Exchange {
     }
 }
 
+/// The length of the range a module asks of a file of `size` bytes: from `offset`, `len`
+/// bytes or to the end. `None` when it is not inside the file.
+pub fn file_range(offset: u64, len: Option<u64>, size: u64) -> Option<u64> {
+    match len {
+        None => size.checked_sub(offset),
+        Some(len) => offset
+            .checked_add(len)
+            .filter(|&end| end <= size)
+            .map(|_| len),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,6 +350,30 @@ mod tests {
         assert!(x.backed_up());
         x.take_part(u64::MAX);
         assert!(!x.backed_up());
+    }
+
+    #[test]
+    fn file_ranges_stay_inside_the_file() {
+        assert_eq!(file_range(0, None, 0), Some(0));
+        assert_eq!(file_range(0, None, 10), Some(10));
+        assert_eq!(file_range(10, None, 10), Some(0));
+        assert_eq!(file_range(11, None, 10), None);
+        assert_eq!(file_range(9, Some(1), 10), Some(1));
+        assert_eq!(file_range(9, Some(2), 10), None);
+        assert_eq!(file_range(u64::MAX, Some(2), u64::MAX), None);
+    }
+
+    #[test]
+    fn a_reply_holds_what_was_written_or_says_no_content() {
+        let mut x = Exchange::default();
+        assert_eq!(x.whole().status, 204);
+        x.write(Bytes::from_static(b"ab"));
+        let r = x.whole();
+        assert_eq!((r.status, r.len()), (200, 2));
+        x.respond(404, &[("x".into(), b"1".to_vec())]);
+        let r = x.whole();
+        assert_eq!((r.status, r.header_lines()), (404, &b"x: 1\r\n"[..]));
+        assert_eq!(x.queued, 0);
     }
 
     #[test]

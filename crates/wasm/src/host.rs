@@ -12,7 +12,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::bindings::ramjet::module::{files, host, http};
-use crate::exchange::{BodyFailure, BodyTurn, Cause, Shared};
+use crate::exchange::{file_range, BodyFailure, BodyTurn, Cause, Shared};
 use crate::grants::{Grants, Refusal};
 
 /// The most a module's `files.read` returns at once.
@@ -215,11 +215,7 @@ impl files::Host for State {
             .open(&tree, &path)
             .await
             .map_err(file_error)?;
-        let len = match len {
-            None if offset <= stat.size => stat.size - offset,
-            Some(len) if offset.checked_add(len).is_some_and(|end| end <= stat.size) => len,
-            _ => return Err(files::FileError::InvalidRange),
-        };
+        let len = file_range(offset, len, stat.size).ok_or(files::FileError::InvalidRange)?;
         self.shared.lock().send_file(file, offset, len);
         drained(self.shared.clone()).await;
         Ok(len)

@@ -4,84 +4,26 @@
 //! that traps, loops or runs out of memory fails its own request (500 and one log line) and
 //! nothing else. It sees only what its location grants: named file trees (read-only, sent
 //! by the host with sendfile), settings, a key-value store, the log.
+//!
+//! Without the `host` feature (on by default) only the boundary is built: what a module
+//! hands the host ([`exchange`]) and how its file requests are confined ([`grants`]), for
+//! the fuzz target, with no WebAssembly compiler.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "host")]
 mod bindings;
+#[cfg(feature = "host")]
 mod call;
+#[cfg(feature = "host")]
 pub mod engine;
-mod exchange;
-mod grants;
+pub mod exchange;
+pub mod grants;
+#[cfg(feature = "host")]
 mod host;
+#[cfg(feature = "host")]
+mod mount;
+#[cfg(feature = "host")]
 mod options;
 
-use std::sync::Arc;
-
-use ramjet_config::ModuleError;
-use ramjet_modules::{
-    option_error, LaterReply, Module, ModuleRequest, ModuleWorker, Registration, Reply,
-};
-use wasmtime::component::{Component, HasSelf, Linker};
-
-use crate::bindings::ModulePre;
-use crate::call::Mounted;
-use crate::grants::Grants;
-use crate::host::State;
-
-/// How `module = "wasm"` is found.
-pub const REGISTRATION: Registration = Registration {
-    name: "wasm",
-    start,
-};
-
-/// Start a mount: check its options, compile (or take from the cache) and link its
-/// component. A component that does not fit the world is a configuration error.
-fn start(config: &toml::Table) -> Result<Arc<dyn Module>, ModuleError> {
-    let o = options::parse(config)?;
-    let engine = engine::engine().map_err(|e| option_error("component", e))?;
-    let shown = o.component.display().to_string();
-    let component = Component::from_file(engine, &o.component)
-        .map_err(|e| option_error("component", format!("{shown}: {e:#}")))?;
-    let mut linker: Linker<State> = Linker::new(engine);
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker)
-        .map_err(|e| option_error("component", format!("{e:#}")))?;
-    bindings::Module::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)
-        .map_err(|e| option_error("component", format!("{e:#}")))?;
-    let pre = linker
-        .instantiate_pre(&component)
-        .and_then(ModulePre::new)
-        .map_err(|e| {
-            option_error(
-                "component",
-                format!("{shown}: not a ramjet module (wit/module.wit): {e:#}"),
-            )
-        })?;
-    let file = o
-        .component
-        .file_name()
-        .map_or(shown.clone(), |n| n.to_string_lossy().into_owned());
-    let grants = Grants::new(format!("wasm module {file}"), o.files, o.vars);
-    Ok(Arc::new(Wasm(Arc::new(Mounted {
-        pre,
-        grants: Arc::new(grants),
-        memory: o.memory,
-        cpu: o.cpu,
-    }))))
-}
-
-/// A started mount.
-struct Wasm(Arc<Mounted>);
-
-impl Module for Wasm {
-    fn worker(self: Arc<Self>) -> Box<dyn ModuleWorker> {
-        Box::new(WasmWorker(self.0.clone()))
-    }
-}
-
-/// A mount on one worker: instances come from the engine's pool per request.
-struct WasmWorker(Arc<Mounted>);
-
-impl ModuleWorker for WasmWorker {
-    fn handle<'r>(&'r self, req: &'r ModuleRequest<'r>) -> Result<Reply, LaterReply<'r>> {
-        Err(Box::pin(call::call(self.0.clone(), req)))
-    }
-}
+#[cfg(feature = "host")]
+pub use mount::REGISTRATION;

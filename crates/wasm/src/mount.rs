@@ -1,0 +1,75 @@
+//! A mount: its options checked, its component compiled (or taken from the cache) and
+//! linked against the host's imports, and the module its workers ask.
+
+use std::sync::Arc;
+
+use ramjet_config::ModuleError;
+use ramjet_modules::{
+    option_error, LaterReply, Module, ModuleRequest, ModuleWorker, Registration, Reply,
+};
+use wasmtime::component::{Component, HasSelf, Linker};
+
+use crate::bindings::{self, ModulePre};
+use crate::call::{self, Mounted};
+use crate::grants::Grants;
+use crate::host::State;
+use crate::{engine, options};
+
+/// How `module = "wasm"` is found.
+pub const REGISTRATION: Registration = Registration {
+    name: "wasm",
+    start,
+};
+
+/// Start a mount: check its options, compile (or take from the cache) and link its
+/// component. A component that does not fit the world is a configuration error.
+fn start(config: &toml::Table) -> Result<Arc<dyn Module>, ModuleError> {
+    let o = options::parse(config)?;
+    let engine = engine::engine().map_err(|e| option_error("component", e))?;
+    let shown = o.component.display().to_string();
+    let component = Component::from_file(engine, &o.component)
+        .map_err(|e| option_error("component", format!("{shown}: {e:#}")))?;
+    let mut linker: Linker<State> = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)
+        .map_err(|e| option_error("component", format!("{e:#}")))?;
+    bindings::Module::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)
+        .map_err(|e| option_error("component", format!("{e:#}")))?;
+    let pre = linker
+        .instantiate_pre(&component)
+        .and_then(ModulePre::new)
+        .map_err(|e| {
+            option_error(
+                "component",
+                format!("{shown}: not a ramjet module (wit/module.wit): {e:#}"),
+            )
+        })?;
+    let file = o
+        .component
+        .file_name()
+        .map_or(shown.clone(), |n| n.to_string_lossy().into_owned());
+    let grants = Grants::new(format!("wasm module {file}"), o.files, o.vars);
+    Ok(Arc::new(Wasm(Arc::new(Mounted {
+        pre,
+        grants: Arc::new(grants),
+        memory: o.memory,
+        cpu: o.cpu,
+    }))))
+}
+
+/// A started mount.
+struct Wasm(Arc<Mounted>);
+
+impl Module for Wasm {
+    fn worker(self: Arc<Self>) -> Box<dyn ModuleWorker> {
+        Box::new(WasmWorker(self.0.clone()))
+    }
+}
+
+/// A mount on one worker: instances come from the engine's pool per request.
+struct WasmWorker(Arc<Mounted>);
+
+impl ModuleWorker for WasmWorker {
+    fn handle<'r>(&'r self, req: &'r ModuleRequest<'r>) -> Result<Reply, LaterReply<'r>> {
+        Err(Box::pin(call::call(self.0.clone(), req)))
+    }
+}
