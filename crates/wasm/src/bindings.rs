@@ -1,10 +1,18 @@
-//! The host side of `wit/module.wit`, generated. Every import is async on the host (a
-//! module waiting for the request body or for the client parks its fiber, not the
-//! worker), and so is the `handle` export.
+//! The host side of `wit/module.wit`, generated. The imports that may wait (the request
+//! body, the client of a streamed answer, the disk) are async on the host: the module's
+//! fiber parks, not the worker. The others are plain calls, cheaper. The `handle` export is
+//! async.
 
 wasmtime::component::bindgen!({
     world: "module",
     path: "../../wit",
-    imports: { default: async },
+    imports: {
+        "ramjet:module/http.read-body": async,
+        "ramjet:module/http.write": async,
+        "ramjet:module/http.flush": async,
+        "ramjet:module/files.size": async,
+        "ramjet:module/files.send": async,
+        "ramjet:module/files.read": async,
+    },
     exports: { default: async },
 });

@@ -1,28 +1,29 @@
-//! One request through a module: a fresh instance from the pool, its `handle` export run as
-//! a future on the worker's event loop, and a driver that serves what it asks for between
+//! One request through a module: an instance (one this worker kept from an earlier request,
+//! or a new one from the engine's pool), its `handle` export run as a future on the
+//! worker's event loop, and a driver that serves what it asks for between
 //! polls (request body pieces) and turns what it writes into the reply: whole, with its
 //! length and file ranges sent by sendfile, when `handle` returns; as a stream once the
 //! module flushes or writes more than the buffer holds.
 
+use std::cell::RefCell;
 use std::future::{poll_fn, Future};
 use std::io;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ramjet_modules::{ModuleRequest, Piece, Reply};
 use ramjet_pipeline::BodySource;
-use ramjet_runtime::sys::thread_cpu_time;
 use wasmtime::{Store, Trap, UpdateDeadline};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
 use crate::bindings::ramjet::module::http::Request as WasmRequest;
-use crate::bindings::ModulePre;
-use crate::exchange::{BodyFailure, Cause, Shared};
+use crate::bindings::{Module, ModulePre};
+use crate::exchange::{BodyFailure, Cause, Headers, Shared};
 use crate::grants::Grants;
-use crate::host::State;
+use crate::host::{State, STDERR_KEPT};
 
 /// A file range in a streamed answer is read in pieces of this size.
 const FILE_PIECE: u64 = 256 << 10;
@@ -32,11 +33,88 @@ pub struct Mounted {
     pub pre: ModulePre<State>,
     pub grants: Arc<Grants>,
     pub memory: u64,
-    /// CPU time one request may use.
+    /// Time one request may run.
     pub cpu: Duration,
+    /// Instances serve request after request on their worker (else one per request).
+    pub reuse: bool,
 }
 
-type Running = Pin<Box<dyn Future<Output = wasmtime::Result<()>> + Send>>;
+/// Instances kept ready per worker and mount, when they are reused.
+const IDLE_MAX: usize = 4;
+
+/// A reused instance is dropped once its standard error holds this much.
+const STDERR_RECYCLE: usize = STDERR_KEPT / 2;
+
+/// An instance of the module with its store.
+pub struct Instance {
+    store: Store<State>,
+    module: Module,
+}
+
+/// A worker's idle instances of one mount.
+pub type Idle = Rc<RefCell<Vec<Instance>>>;
+
+impl Instance {
+    /// A fresh instance from the engine's pool.
+    async fn new(m: &Mounted, shared: Shared) -> wasmtime::Result<Instance> {
+        let state = State::new(m.grants.clone(), shared, m.memory);
+        let mut store = Store::new(m.pre.instance_pre().engine(), state);
+        store.limiter(|s| s.limiter());
+        let budget = m.cpu;
+        store.epoch_deadline_callback(move |ctx| {
+            let mut x = ctx.data().shared.lock();
+            if x.run_time(Instant::now()) > budget {
+                x.cause = Some(Cause::Cpu);
+                wasmtime::bail!("CPU budget spent");
+            }
+            // Let the worker's other connections run, then go on. tokio's yield defers the
+            // wake-up until the event loop has looked for I/O: a plain wake would put this
+            // task straight back in the run queue, and a busy run queue polls for I/O only
+            // every few dozen tasks (about 120 ms of a looping module).
+            Ok(UpdateDeadline::YieldCustom(
+                1,
+                Box::pin(tokio::task::yield_now()),
+            ))
+        });
+        store.set_epoch_deadline(1);
+        let module = m.pre.instantiate_async(&mut store).await?;
+        Ok(Instance { store, module })
+    }
+}
+
+/// A call in progress: it gives the instance back (unless it could not make one) and how
+/// the call ended.
+type Running = Pin<Box<dyn Future<Output = (Option<Instance>, wasmtime::Result<()>)> + Send>>;
+
+/// Start the call of `handle` on an idle instance, or on a new one.
+fn run(m: &Arc<Mounted>, idle: Option<Instance>, shared: Shared, req: WasmRequest) -> Running {
+    let m = m.clone();
+    Box::pin(async move {
+        let mut inst = match idle {
+            Some(mut inst) => {
+                inst.store.data_mut().begin(shared);
+                inst.store.set_epoch_deadline(1);
+                inst
+            }
+            None => match Instance::new(&m, shared).await {
+                Ok(inst) => inst,
+                Err(e) => return (None, Err(e)),
+            },
+        };
+        let result = inst.module.call_handle(&mut inst.store, &req).await;
+        (Some(inst), result)
+    })
+}
+
+/// A call ended well: keep its instance for the next request, if instances are reused and
+/// it has room.
+fn recycle(m: &Mounted, idle: &Idle, inst: Option<Instance>) {
+    let Some(inst) = inst else { return };
+    let mut idle = idle.borrow_mut();
+    if m.reuse && idle.len() < IDLE_MAX && inst.store.data().stderr_len() < STDERR_RECYCLE {
+        idle.push(inst);
+    }
+}
 
 /// What the module's request looks like to it.
 fn record(req: &ModuleRequest<'_>) -> WasmRequest {
@@ -47,48 +125,20 @@ fn record(req: &ModuleRequest<'_>) -> WasmRequest {
         query: req.query().map(str::to_string),
         mount: req.mount().to_string(),
         version: req.version().to_string(),
-        headers: req
-            .headers()
-            .map(|(n, v)| (String::from_utf8_lossy(n).into_owned(), v.to_vec()))
-            .collect(),
         client: req.client().to_string(),
         content_length: req.content_length(),
     }
 }
 
-/// Answer `req` with module `m`.
-pub async fn call(m: Arc<Mounted>, req: &ModuleRequest<'_>) -> Reply {
+/// Answer `req` with module `m`, on one of this worker's `idle` instances if there is one.
+pub async fn call(m: Arc<Mounted>, idle: Idle, req: &ModuleRequest<'_>) -> Reply {
     let shared = Shared::default();
-    let state = State::new(m.grants.clone(), shared.clone(), m.memory);
-    let stderr = state.stderr.clone();
-    let mut store = Store::new(m.pre.instance_pre().engine(), state);
-    store.limiter(|s| s.limiter());
-    store.set_epoch_deadline(1);
-    let budget = m.cpu;
-    store.epoch_deadline_callback(move |ctx| {
-        let mut x = ctx.data().shared.lock();
-        if x.cpu_time(thread_cpu_time()) > budget {
-            x.cause = Some(Cause::Cpu);
-            wasmtime::bail!("CPU budget spent");
-        }
-        // Let the worker's other connections run, then go on. tokio's yield defers the
-        // wake-up until the event loop has looked for I/O: a plain wake would put this
-        // task straight back in the run queue, and a busy run queue polls for I/O only
-        // every few dozen tasks (about 120 ms of a looping module).
-        Ok(UpdateDeadline::YieldCustom(
-            1,
-            Box::pin(tokio::task::yield_now()),
-        ))
-    });
-    let request = record(req);
-    let pre = m.pre.clone();
-    let mut running: Running = Box::pin(async move {
-        let module = pre.instantiate_async(&mut store).await?;
-        module.call_handle(&mut store, &request).await
-    });
+    shared.lock().headers = Headers::new(req.headers());
+    let ready = idle.borrow_mut().pop();
+    let mut running = run(&m, ready, shared.clone(), record(req));
     loop {
         let step = poll_fn(|cx| match poll_guest(&mut running, &shared, cx) {
-            Poll::Ready(result) => Poll::Ready(Some(result)),
+            Poll::Ready(done) => Poll::Ready(Some(done)),
             Poll::Pending => {
                 let x = shared.lock();
                 if x.streaming || x.wants_body().is_some() {
@@ -100,11 +150,12 @@ pub async fn call(m: Arc<Mounted>, req: &ModuleRequest<'_>) -> Reply {
         })
         .await;
         match step {
-            Some(Ok(())) => return shared.lock().whole(),
-            Some(Err(e)) => return failed(&m, &shared, &e, &stderr),
-            None if shared.lock().streaming => {
-                return streamed(m, shared, running, stderr);
+            Some((inst, Ok(()))) => {
+                recycle(&m, &idle, inst);
+                return shared.lock().whole();
             }
+            Some((inst, Err(e))) => return failed(&m, &shared, &e, inst.as_ref()),
+            None if shared.lock().streaming => return streamed(m, idle, shared, running),
             None => {
                 let piece = req.body_chunk().await.map_err(|_| BodyFailure::Aborted);
                 shared.lock().give_body(piece);
@@ -113,24 +164,24 @@ pub async fn call(m: Arc<Mounted>, req: &ModuleRequest<'_>) -> Reply {
     }
 }
 
-/// Poll the module, counting the CPU time it uses on this thread (its own code and the
-/// host calls it makes; not the time it waits for the client, the body or the disk).
-fn poll_guest(
-    running: &mut Running,
+/// Poll the module, counting the time it runs (its own code and the host calls it makes,
+/// on this thread; not the time it waits for the client, the body or the disk).
+fn poll_guest<T>(
+    running: &mut Pin<Box<dyn Future<Output = T> + Send>>,
     shared: &Shared,
     cx: &mut Context<'_>,
-) -> Poll<wasmtime::Result<()>> {
-    let began = thread_cpu_time();
+) -> Poll<T> {
+    let began = Instant::now();
     shared.lock().poll_began = Some(began);
     let polled = running.as_mut().poll(cx);
     let mut x = shared.lock();
-    x.cpu_used += thread_cpu_time().saturating_sub(began);
+    x.run_used += began.elapsed();
     x.poll_began = None;
     polled
 }
 
 /// Why a call failed, for its log line.
-fn cause(m: &Mounted, shared: &Shared, e: &wasmtime::Error, stderr: &MemoryOutputPipe) -> String {
+fn cause(m: &Mounted, shared: &Shared, e: &wasmtime::Error, inst: Option<&Instance>) -> String {
     match shared.lock().cause {
         Some(Cause::Cpu) => return format!("ran past its CPU budget ({} ms)", m.cpu.as_millis()),
         Some(Cause::Memory) => return format!("reached its memory cap ({})", size(m.memory)),
@@ -140,7 +191,7 @@ fn cause(m: &Mounted, shared: &Shared, e: &wasmtime::Error, stderr: &MemoryOutpu
         Some(trap) => trap.to_string(),
         None => e.to_string(),
     };
-    match said(&stderr.contents()) {
+    match inst.and_then(|i| said(&i.store.data().stderr_since())) {
         Some(said) => format!("trapped: {what} (it said: {said})"),
         None => format!("trapped: {what}"),
     }
@@ -173,13 +224,13 @@ fn size(bytes: u64) -> String {
     }
 }
 
-fn failed(m: &Mounted, shared: &Shared, e: &wasmtime::Error, stderr: &MemoryOutputPipe) -> Reply {
-    tracing::warn!("{}: {}", m.grants.name, cause(m, shared, e, stderr));
+fn failed(m: &Mounted, shared: &Shared, e: &wasmtime::Error, inst: Option<&Instance>) -> Reply {
+    tracing::warn!("{}: {}", m.grants.name, cause(m, shared, e, inst));
     Reply::text(500, "500 Internal Server Error: the module failed\n")
 }
 
 /// The module flushed or wrote past the buffer: its head now, its body as it comes.
-fn streamed(m: Arc<Mounted>, shared: Shared, running: Running, stderr: MemoryOutputPipe) -> Reply {
+fn streamed(m: Arc<Mounted>, idle: Idle, shared: Shared, running: Running) -> Reply {
     let reply = {
         let mut x = shared.lock();
         x.body_gone = true;
@@ -190,9 +241,9 @@ fn streamed(m: Arc<Mounted>, shared: Shared, running: Running, stderr: MemoryOut
     };
     reply.stream(Streamed {
         m,
+        idle,
         shared,
         running: Some(running),
-        stderr,
         reading: None,
     })
 }
@@ -200,9 +251,9 @@ fn streamed(m: Arc<Mounted>, shared: Shared, running: Running, stderr: MemoryOut
 /// A streamed answer: the parts the module wrote, while it runs on.
 struct Streamed {
     m: Arc<Mounted>,
+    idle: Idle,
     shared: Shared,
     running: Option<Running>,
-    stderr: MemoryOutputPipe,
     /// A file range being read for the stream.
     reading: Option<tokio::task::JoinHandle<io::Result<Bytes>>>,
 }
@@ -238,10 +289,13 @@ impl BodySource for Streamed {
                 return Poll::Ready(None);
             };
             match poll_guest(running, &self.shared, cx) {
-                Poll::Ready(Ok(())) => self.running = None,
-                Poll::Ready(Err(e)) => {
+                Poll::Ready((inst, Ok(()))) => {
                     self.running = None;
-                    let why = cause(&self.m, &self.shared, &e, &self.stderr);
+                    recycle(&self.m, &self.idle, inst);
+                }
+                Poll::Ready((inst, Err(e))) => {
+                    self.running = None;
+                    let why = cause(&self.m, &self.shared, &e, inst.as_ref());
                     tracing::warn!("{}: {why}, after its answer began", self.m.grants.name);
                     return Poll::Ready(Some(Err(io::Error::other(why))));
                 }

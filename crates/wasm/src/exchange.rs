@@ -6,7 +6,7 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ramjet_modules::{Piece, Reply};
@@ -52,9 +52,58 @@ pub enum BodyFailure {
     Gone,
 }
 
+/// The request's header fields, copied out of the connection's buffer in one block: a
+/// module asks for the ones it reads (`header`, `headers`).
+#[derive(Debug, Default)]
+pub struct Headers {
+    data: Vec<u8>,
+    /// Each field's name and value ends in `data` (the name starts where the previous
+    /// value ended).
+    ends: Vec<(u32, u32)>,
+}
+
+impl Headers {
+    pub fn new<'a>(fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Headers {
+        let mut h = Headers::default();
+        for (name, value) in fields {
+            h.data.extend_from_slice(name);
+            let name_end = h.data.len() as u32;
+            h.data.extend_from_slice(value);
+            h.ends.push((name_end, h.data.len() as u32));
+        }
+        h
+    }
+
+    fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let mut start = 0usize;
+        self.ends.iter().map(move |&(name_end, end)| {
+            let (name_end, end) = (name_end as usize, end as usize);
+            let field = (&self.data[start..name_end], &self.data[name_end..end]);
+            start = end;
+            field
+        })
+    }
+
+    /// The first field called `name`, any case.
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.fields()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+            .map(|(_, v)| v)
+    }
+
+    /// Every field, in order (a name that is not UTF-8 is shown lossily).
+    pub fn all(&self) -> Vec<Field> {
+        self.fields()
+            .map(|(n, v)| (String::from_utf8_lossy(n).into_owned(), v.to_vec()))
+            .collect()
+    }
+}
+
 /// The shared state of one call.
 #[derive(Debug, Default)]
 pub struct Exchange {
+    /// The request's header fields.
+    pub headers: Headers,
     /// Status and header fields, once `respond` was called.
     pub head: Option<(u16, Vec<Field>)>,
     /// Body parts not yet handed to the connection.
@@ -73,10 +122,10 @@ pub struct Exchange {
     pub body_gone: bool,
     /// Why the call ended badly, when the host knows better than the trap.
     pub cause: Option<Cause>,
-    /// CPU time the module has used, over the polls that ended.
-    pub cpu_used: Duration,
-    /// The thread's CPU clock when the poll now running began.
-    pub poll_began: Option<Duration>,
+    /// Time the module has run, over the polls that ended.
+    pub run_used: Duration,
+    /// When the poll now running began.
+    pub poll_began: Option<Instant>,
 }
 
 /// A handle on one call's [`Exchange`], shared by the store and the driver.
@@ -92,12 +141,10 @@ impl Shared {
 }
 
 impl Exchange {
-    /// CPU time used so far, given the thread's CPU clock now.
-    pub fn cpu_time(&self, now: Duration) -> Duration {
-        self.cpu_used
-            + self
-                .poll_began
-                .map_or(Duration::ZERO, |b| now.saturating_sub(b))
+    /// Time the module has run so far, at `now`.
+    pub fn run_time(&self, now: Instant) -> Duration {
+        let running = self.poll_began.map(|b| now.saturating_duration_since(b));
+        self.run_used + running.unwrap_or_default()
     }
 
     /// Append bytes to the body; start streaming when too much is waiting.
@@ -350,6 +397,18 @@ mod tests {
         assert!(x.backed_up());
         x.take_part(u64::MAX);
         assert!(!x.backed_up());
+    }
+
+    #[test]
+    fn header_fields_are_found_by_name_in_any_case() {
+        let fields: [(&[u8], &[u8]); 3] = [(b"Host", b"a"), (b"X-Empty", b""), (b"host", b"b")];
+        let h = Headers::new(fields.into_iter());
+        assert_eq!(h.get("HOST"), Some(&b"a"[..]));
+        assert_eq!(h.get("x-empty"), Some(&b""[..]));
+        assert_eq!(h.get("nope"), None);
+        assert_eq!(h.all().len(), 3);
+        assert_eq!(h.all()[2], ("host".to_string(), b"b".to_vec()));
+        assert_eq!(Headers::new(std::iter::empty()).all(), vec![]);
     }
 
     #[test]

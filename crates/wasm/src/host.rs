@@ -18,9 +18,9 @@ use crate::grants::{Grants, Refusal};
 /// The most a module's `files.read` returns at once.
 const READ_MAX: u32 = 1 << 20;
 
-/// What the module's standard error keeps (the last of it goes into the log line of a
-/// failed call: a Rust module's panic message).
-pub const STDERR_KEPT: usize = 4096;
+/// What an instance's standard error holds (a failed call's part goes into its log line: a
+/// Rust module's panic message). A reused instance is dropped once it is half full.
+pub const STDERR_KEPT: usize = 16 << 10;
 
 /// One call's store data.
 pub struct State {
@@ -29,7 +29,9 @@ pub struct State {
     limits: Limits,
     pub shared: Shared,
     pub grants: Arc<Grants>,
-    pub stderr: MemoryOutputPipe,
+    stderr: MemoryOutputPipe,
+    /// Where the current call's standard error begins.
+    stderr_from: usize,
 }
 
 impl State {
@@ -51,7 +53,29 @@ impl State {
             shared,
             grants,
             stderr,
+            stderr_from: 0,
         }
+    }
+
+    /// Begin another call on this instance, with its own exchange.
+    pub fn begin(&mut self, shared: Shared) {
+        self.limits.shared = shared.clone();
+        self.shared = shared;
+        self.stderr_from = self.stderr.contents().len();
+    }
+
+    /// What the current call wrote to standard error.
+    pub fn stderr_since(&self) -> Vec<u8> {
+        self.stderr
+            .contents()
+            .get(self.stderr_from..)
+            .unwrap_or_default()
+            .to_vec()
+    }
+
+    /// How much of standard error is used.
+    pub fn stderr_len(&self) -> usize {
+        self.stderr.contents().len()
     }
 
     pub fn limiter(&mut self) -> &mut dyn ResourceLimiter {
@@ -157,7 +181,15 @@ impl http::Host for State {
         }
     }
 
-    async fn respond(&mut self, status: u16, headers: Vec<(String, Vec<u8>)>) {
+    fn header(&mut self, name: String) -> Option<Vec<u8>> {
+        self.shared.lock().headers.get(&name).map(<[u8]>::to_vec)
+    }
+
+    fn headers(&mut self) -> Vec<(String, Vec<u8>)> {
+        self.shared.lock().headers.all()
+    }
+
+    fn respond(&mut self, status: u16, headers: Vec<(String, Vec<u8>)>) {
         self.shared.lock().respond(status, &headers);
     }
 
@@ -262,7 +294,7 @@ impl files::Host for State {
 }
 
 impl host::Host for State {
-    async fn log(&mut self, level: host::Level, message: String) {
+    fn log(&mut self, level: host::Level, message: String) {
         let name = &self.grants.name;
         let message: String = message
             .chars()
@@ -277,19 +309,19 @@ impl host::Host for State {
         }
     }
 
-    async fn var(&mut self, name: String) -> Option<String> {
+    fn var(&mut self, name: String) -> Option<String> {
         self.grants.vars.get(&name).cloned()
     }
 
-    async fn get(&mut self, key: String) -> Option<Vec<u8>> {
+    fn get(&mut self, key: String) -> Option<Vec<u8>> {
         self.grants.get(&key)
     }
 
-    async fn set(&mut self, key: String, value: Vec<u8>) -> bool {
+    fn set(&mut self, key: String, value: Vec<u8>) -> bool {
         self.grants.set(&key, value)
     }
 
-    async fn delete(&mut self, key: String) {
+    fn delete(&mut self, key: String) {
         self.grants.delete(&key)
     }
 }

@@ -10,7 +10,7 @@ use ramjet_modules::{
 use wasmtime::component::{Component, HasSelf, Linker};
 
 use crate::bindings::{self, ModulePre};
-use crate::call::{self, Mounted};
+use crate::call::{self, Idle, Mounted};
 use crate::grants::Grants;
 use crate::host::State;
 use crate::{engine, options};
@@ -53,6 +53,7 @@ fn start(config: &toml::Table) -> Result<Arc<dyn Module>, ModuleError> {
         grants: Arc::new(grants),
         memory: o.memory,
         cpu: o.cpu,
+        reuse: o.reuse,
     }))))
 }
 
@@ -61,15 +62,26 @@ struct Wasm(Arc<Mounted>);
 
 impl Module for Wasm {
     fn worker(self: Arc<Self>) -> Box<dyn ModuleWorker> {
-        Box::new(WasmWorker(self.0.clone()))
+        Box::new(WasmWorker {
+            mounted: self.0.clone(),
+            idle: Idle::default(),
+        })
     }
 }
 
-/// A mount on one worker: instances come from the engine's pool per request.
-struct WasmWorker(Arc<Mounted>);
+/// A mount on one worker: the instances it keeps between requests (dropped with it on
+/// reload).
+struct WasmWorker {
+    mounted: Arc<Mounted>,
+    idle: Idle,
+}
 
 impl ModuleWorker for WasmWorker {
     fn handle<'r>(&'r self, req: &'r ModuleRequest<'r>) -> Result<Reply, LaterReply<'r>> {
-        Err(Box::pin(call::call(self.0.clone(), req)))
+        Err(Box::pin(call::call(
+            self.mounted.clone(),
+            self.idle.clone(),
+            req,
+        )))
     }
 }

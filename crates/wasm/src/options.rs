@@ -20,6 +20,7 @@ struct Raw {
     files: BTreeMap<String, String>,
     #[serde(default)]
     vars: BTreeMap<String, String>,
+    reuse: Option<bool>,
 }
 
 /// The default memory cap of one request's instance.
@@ -41,6 +42,9 @@ pub struct Options {
     pub files: BTreeMap<String, File>,
     /// Settings the module reads with `var`.
     pub vars: BTreeMap<String, String>,
+    /// An instance serves request after request on its worker (default); false: a fresh
+    /// instance per request.
+    pub reuse: bool,
 }
 
 /// Check the table: every error names its key.
@@ -86,6 +90,7 @@ pub fn parse(table: &toml::Table) -> Result<Options, ModuleError> {
         cpu,
         files,
         vars: raw.vars,
+        reuse: raw.reuse.unwrap_or(true),
     })
 }
 

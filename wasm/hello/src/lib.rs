@@ -6,6 +6,7 @@
 //!   taken the one before.
 //! - `GET /file/PATH`: PATH from the granted tree `www`, sent by the server with sendfile
 //!   between two lines of text.
+//! - `GET /headers`: the request's header fields, one per line, and its `User-Agent`.
 //! - `POST`: the body's length and first line.
 //! - anything else: 405 with `Allow`.
 
@@ -38,6 +39,15 @@ fn get(req: &Request) {
         .unwrap_or(&req.path);
     if let Some(path) = rel.strip_prefix(b"file/") {
         return file(&String::from_utf8_lossy(path));
+    }
+    if rel == b"headers" {
+        respond(200, &[("content-type", TEXT)]);
+        for (name, value) in ramjet_module::headers() {
+            write(format!("{name}: {}\n", String::from_utf8_lossy(&value)).as_bytes());
+        }
+        let agent = ramjet_module::header("USER-AGENT").unwrap_or_default();
+        write(format!("agent {}\n", String::from_utf8_lossy(&agent)).as_bytes());
+        return;
     }
     let greeting = var("greeting").unwrap_or_else(|| "Hello".into());
     if let Some(n) = req.param("lines").and_then(|n| n.parse::<u64>().ok()) {

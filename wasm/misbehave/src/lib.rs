@@ -7,11 +7,18 @@
 //! - `/oom`: allocates until its memory cap refuses
 //! - `/escape`: asks for files outside its tree, by `..` and by symlink
 //! - `/trap-late`: streams a line, then panics
+//! - `/count`: how many calls this instance has answered (instances are reused between
+//!   requests unless the mount says `reuse = false`; a failed call's instance is dropped)
 //! - `/ok`: answers normally
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ramjet_module::{files, flush, respond, write, Handler, Request};
 
 struct Misbehave;
+
+/// Calls this instance has answered.
+static CALLS: AtomicU64 = AtomicU64::new(0);
 
 impl Handler for Misbehave {
     fn handle(req: Request) {
@@ -19,7 +26,12 @@ impl Handler for Misbehave {
             .path
             .strip_prefix(req.mount.as_bytes())
             .unwrap_or(&req.path);
+        let calls = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
         match rel {
+            b"count" => {
+                respond(200, &[]);
+                write(format!("{calls}\n").as_bytes());
+            }
             b"panic" => panic!("asked to panic"),
             b"loop" => {
                 let mut n: u64 = 0;

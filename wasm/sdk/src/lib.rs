@@ -89,22 +89,24 @@ pub fn body(limit: usize) -> Result<Vec<u8>, WholeBody> {
     Ok(out)
 }
 
+/// The request's first header field called `name` (any case). Fields are fetched from the
+/// server when asked for, so a module pays only for those it reads.
+pub fn header(name: &str) -> Option<Vec<u8>> {
+    http::header(name)
+}
+
+/// Every header field of the request, in order.
+pub fn headers() -> Vec<(String, Vec<u8>)> {
+    http::headers()
+}
+
 /// Helpers on the request record.
 pub trait RequestExt {
-    /// The first header field called `name` (any case).
-    fn header(&self, name: &str) -> Option<&[u8]>;
     /// The undecoded value of query parameter `name`.
     fn param(&self, name: &str) -> Option<&str>;
 }
 
 impl RequestExt for Request {
-    fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_slice())
-    }
-
     fn param(&self, name: &str) -> Option<&str> {
         self.query
             .as_deref()?

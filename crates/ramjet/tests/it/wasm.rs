@@ -38,12 +38,13 @@ fn component(name: &str) -> String {
     guests().join(format!("{name}.wasm")).display().to_string()
 }
 
-/// `/w/`: the example; `/bad/`: the hostile module; `/` static files; one worker.
+/// `/w/`: the example (a budget that the long streams of a debug build stay within);
+/// `/bad/`: the hostile module; `/` static files; one worker.
 fn config(extra_bad: &str) -> String {
     format!(
         "workers = 1\n[[location]]\nroot = \"root\"\n\
          [[location]]\npath = \"/w/\"\nmodule = \"wasm\"\n[location.module_config]\n\
-         component = {:?}\nfiles = {{ www = \"{{dir}}/root\" }}\nvars = {{ greeting = \"Hi\" }}\n\
+         component = {:?}\nfiles = {{ www = \"{{dir}}/root\" }}\nvars = {{ greeting = \"Hi\" }}\ncpu = \"60s\"\n\
          [[location]]\npath = \"/bad/\"\nmodule = \"wasm\"\n[location.module_config]\n\
          component = {:?}\nfiles = {{ www = \"{{dir}}/root\" }}\nmemory = \"16m\"\n{extra_bad}",
         component("hello"),
@@ -77,6 +78,12 @@ fn the_example_module_answers_get_head_post_and_refuses_other_methods() {
         r.body.len().to_string()
     );
     assert_eq!(r.header("cache-control").as_deref(), Some("no-store"));
+    // Header fields, asked for by the module.
+    c.send(b"GET /w/headers HTTP/1.1\r\nHost: t\r\nUser-Agent: probe/1\r\nX-Empty:\r\n\r\n");
+    assert_eq!(
+        c.response(false).text(),
+        "Host: t\nUser-Agent: probe/1\nX-Empty: \nagent probe/1\n"
+    );
     // The mount's store outlives the request's instance.
     c.send(b"GET /w/ HTTP/1.1\r\nHost: t\r\n\r\n");
     assert!(c.response(false).text().contains("request 2 to this mount"));
@@ -237,6 +244,31 @@ fn misbehaving_modules_fail_their_own_request_and_nothing_else() {
     assert!(s.wait_for_log("after its answer began", Duration::from_secs(10)));
     assert_eq!(s.get("/w/").status, 200);
     s.assert_clean_log(&["wasm module misbehave.wasm"]);
+}
+
+#[test]
+fn instances_are_reused_until_one_fails_or_the_mount_says_not_to() {
+    let s = server(&[], "");
+    // One connection, one request at a time: the worker's one idle instance each time.
+    let mut c = s.client();
+    let mut count = |c: &mut ramjet_testkit::Client| {
+        c.send(b"GET /bad/count HTTP/1.1\r\nHost: t\r\n\r\n");
+        c.response(false).text()
+    };
+    assert_eq!(count(&mut c), "1\n");
+    assert_eq!(count(&mut c), "2\n");
+    c.send(b"GET /bad/panic HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response(false).status, 500);
+    // The instance that trapped is gone: a fresh one counts from 1 (the panic's call was
+    // that instance's third).
+    assert_eq!(count(&mut c), "1\n");
+    assert_eq!(count(&mut c), "2\n");
+
+    let s = server(&[], "reuse = false\n");
+    let mut c = s.client();
+    for _ in 0..3 {
+        assert_eq!(count(&mut c), "1\n");
+    }
 }
 
 #[test]

@@ -5,7 +5,6 @@
 //! allowed only in this module, and every use carries a `// SAFETY:` line.
 
 mod activation;
-mod clock;
 mod file;
 mod inotify;
 mod memory;
@@ -19,7 +18,6 @@ mod spawner;
 pub mod upgrade;
 
 pub use activation::take_activated_listeners;
-pub use clock::thread_cpu_time;
 pub use file::{
     blocking_read_dir, is_symlink_loop, needs_blocking_open, open_beneath, open_beneath_cached,
     open_cached, open_owner_matched, read_cached, stat_beneath, FileStat, OpenPolicy,

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""WebAssembly modules against native modules and CGI, one dynamic GET, in one run.
+
+One ramjet (release build with `--features wasm`, one worker pinned to CPU 0, in its own
+v1 cpuacct cgroup so the CGI programs it forks are counted) serves the same greeting
+three ways:
+  native   the built-in example module (`module = "hello"`)
+  wasm     the example component (`wasm/hello`, `module = "wasm"`): a fresh pooled
+           instance per request, the mount's store read and written once per request
+  cgi      the same text from a C program (`bench/greet_cgi.c`), a process per request
+The load is `ramjet bench -c C -d D` on CPU 1 against each path in turn, the order rotated
+each round; median of the rounds. Rows: requests/s, requests per server CPU-second, p99.
+
+Then the isolation row: the p99 of static 4 KB requests (-c 10) alone, and again while a
+client keeps the hostile module looping (`wasm/misbehave` /loop, a 1 s CPU budget each
+time) on the same worker.
+
+    cargo build --release -p ramjet --features wasm
+    python3 bench/wasm.py --rounds 3 --out bench/results/$(date +%F)-wasm
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import procstat  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+PORT = 18731
+CGROUP = Path("/sys/fs/cgroup/cpuacct/ramjet-bench-wasm")
+WORK = Path("/tmp/ramjet-bench/wasm")
+PATHS = {"native": "/n/x?y=1", "wasm": "/w/x?y=1", "cgi": "/cgi/greet?y=1"}
+
+
+def build_guests():
+    subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT / "wasm", check=True)
+    return ROOT / "wasm/target/wasm32-wasip2/release"
+
+
+def build_cgi():
+    cgi = WORK / "cgi"
+    cgi.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["gcc", "-O2", "-o", str(cgi / "greet"), str(ROOT / "bench/greet_cgi.c")],
+                   check=True)
+    return cgi
+
+
+def config(guests, cgi):
+    www = WORK / "www"
+    www.mkdir(parents=True, exist_ok=True)
+    (www / "4k.bin").write_bytes(os.urandom(4096))
+    return f"""listen = ["127.0.0.1:{PORT}"]
+workers = 1
+[limits]
+max_connections = 10000
+cgi_processes = 64
+[log]
+access = "off"
+[[location]]
+root = "{www}"
+[[location]]
+path = "/n/"
+module = "hello"
+[[location]]
+path = "/w/"
+module = "wasm"
+[location.module_config]
+component = "{guests}/hello.wasm"
+[[location]]
+path = "/bad/"
+module = "wasm"
+[location.module_config]
+component = "{guests}/misbehave.wasm"
+cpu = "1s"
+[[location]]
+path = "/cgi/"
+cgi_root = "{cgi}"
+"""
+
+
+def cpu():
+    return int((CGROUP / "cpuacct.usage").read_text()) / 1e9
+
+
+def bench(binary, url, conns, duration):
+    cmd = ["taskset", "-c", "1", binary, "bench", "--json", "--no-progress", "-c", str(conns),
+           "-d", duration, url]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)}: {out.stdout}{out.stderr}")
+    return json.loads(out.stdout[out.stdout.index("{"):])
+
+
+def p99_ms(report):
+    return float(report["latency_ms"]["p99"])
+
+
+def loop_forever(stop):
+    """Keep the hostile module looping: one request at a time, each spending its budget."""
+    while not stop.is_set():
+        try:
+            with socket.create_connection(("127.0.0.1", PORT), timeout=10) as s:
+                s.sendall(b"GET /bad/loop HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
+                while s.recv(65536):
+                    pass
+        except OSError:
+            time.sleep(0.05)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--binary", default=str(ROOT / "target/release/ramjet"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--duration", default="5s")
+    ap.add_argument("--connections", type=int, default=50)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    WORK.mkdir(parents=True, exist_ok=True)
+    guests, cgi = build_guests(), build_cgi()
+    (WORK / "ramjet.toml").write_text(config(guests, cgi))
+    if CGROUP.exists():
+        CGROUP.rmdir()
+    CGROUP.mkdir()
+    env = dict(os.environ, RAMJET_WASM_CACHE=str(WORK / "cache"))
+    enter = f"echo $$ > {CGROUP}/cgroup.procs"
+    log = open(WORK / "ramjet.log", "w")
+    proc = subprocess.Popen(["sh", "-c", f"{enter}; exec taskset -c 0 \"$@\"", "sh", args.binary,
+                             "serve", "--config", str(WORK / "ramjet.toml")],
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
+    runs = {k: [] for k in PATHS}
+    try:
+        procstat.wait_port(PORT, proc)
+        base = f"http://127.0.0.1:{PORT}"
+        for name, path in PATHS.items():  # warm: compiled code, file cache, CGI binary
+            bench(args.binary, base + path, 4, "1s")
+        order = list(PATHS)
+        for r in range(args.rounds):
+            for name in order[r % len(order):] + order[:r % len(order)]:
+                c0 = cpu()
+                rep = bench(args.binary, base + PATHS[name], args.connections, args.duration)
+                used = cpu() - c0
+                done, rps = rep["responses"], rep["requests_per_sec"]
+                runs[name].append({"rps": rps, "per_cpu": done / used, "cpu_s": used,
+                                   "p99_ms": p99_ms(rep), "errors": rep["errors"]["total"]})
+                print(f"round {r + 1} {name}: {rps:.0f} req/s, "
+                      f"{done / used:.0f} per CPU-s, p99 {p99_ms(rep):.2f} ms", flush=True)
+        alone, during = [], []
+        for r in range(args.rounds):
+            alone.append(p99_ms(bench(args.binary, base + "/4k.bin", 10, args.duration)))
+            stop = threading.Event()
+            t = threading.Thread(target=loop_forever, args=(stop,))
+            t.start()
+            time.sleep(0.5)
+            during.append(p99_ms(bench(args.binary, base + "/4k.bin", 10, args.duration)))
+            stop.set()
+            t.join()
+            print(f"round {r + 1} static 4 KB p99: alone {alone[-1]:.2f} ms, "
+                  f"with a module looping {during[-1]:.2f} ms", flush=True)
+    finally:
+        procstat.stop(proc)
+        for _ in range(100):
+            try:
+                CGROUP.rmdir()
+                break
+            except OSError:
+                time.sleep(0.05)
+    loops = sum(1 for line in (WORK / "ramjet.log").read_text().splitlines()
+                if "ran past its CPU budget" in line)
+    med = {k: {f: statistics.median(x[f] for x in v) for f in ("rps", "per_cpu", "p99_ms")}
+           for k, v in runs.items()}
+    result = {"runs": runs, "median": med, "static_p99_alone_ms": alone,
+              "static_p99_with_loop_ms": during, "loops_stopped": loops,
+              "command": " ".join(sys.argv)}
+    (out / "wasm.json").write_text(json.dumps(result, indent=2))
+    n, w, c = med["native"], med["wasm"], med["cgi"]
+    lines = [
+        "# WebAssembly modules vs native modules vs CGI: one dynamic GET",
+        "",
+        f"`{' '.join(['python3'] + sys.argv)}`; ramjet one worker on CPU 0, `ramjet bench -c "
+        f"{args.connections} -d {args.duration}` on CPU 1, median of {args.rounds} rounds, "
+        "order rotated; server CPU from its cgroup (CGI processes included).",
+        "",
+        "| | req/s | req per server CPU-s | p99 ms | vs native (per CPU) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, m in (("native module", n), ("WebAssembly module", w), ("CGI (C program)", c)):
+        lines.append(f"| {name} | {m['rps']:,.0f} | {m['per_cpu']:,.0f} | {m['p99_ms']:.2f} | "
+                     f"{m['per_cpu'] / n['per_cpu']:.2f}x |")
+    lines += [
+        "",
+        f"Static 4 KB at -c 10, p99: alone {statistics.median(alone):.2f} ms, while a module "
+        f"loops on the same worker {statistics.median(during):.2f} ms (medians of "
+        f"{args.rounds}; {loops} looping calls stopped at their 1 s budget).",
+    ]
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
