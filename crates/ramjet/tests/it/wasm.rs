@@ -251,7 +251,7 @@ fn instances_are_reused_until_one_fails_or_the_mount_says_not_to() {
     let s = server(&[], "");
     // One connection, one request at a time: the worker's one idle instance each time.
     let mut c = s.client();
-    let mut count = |c: &mut ramjet_testkit::Client| {
+    let count = |c: &mut ramjet_testkit::Client| {
         c.send(b"GET /bad/count HTTP/1.1\r\nHost: t\r\n\r\n");
         c.response(false).text()
     };
