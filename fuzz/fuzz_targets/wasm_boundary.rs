@@ -84,7 +84,7 @@ fuzz_target!(|data: &[u8]| {
                         break;
                     }
                 }
-                x.respond(status, &fields);
+                x.respond(status, fields);
             }
             1 => {
                 let b = input.bytes().unwrap_or_default();

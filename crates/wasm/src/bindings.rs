@@ -15,4 +15,7 @@ wasmtime::component::bindgen!({
         "ramjet:module/files.read": async,
     },
     exports: { default: async },
+    // The request handed to `handle` borrows the connection's buffer: nothing is copied
+    // on the host side before it is lowered into the instance.
+    ownership: Borrowing { duplicate_if_necessary: true },
 });

@@ -87,7 +87,7 @@ impl Instance {
 type Running = Pin<Box<dyn Future<Output = (Option<Instance>, wasmtime::Result<()>)> + Send>>;
 
 /// Start the call of `handle` on an idle instance, or on a new one.
-fn run(m: &Arc<Mounted>, idle: Option<Instance>, shared: Shared, req: WasmRequest) -> Running {
+fn run(m: &Arc<Mounted>, idle: Option<Instance>, shared: Shared, req: Copied) -> Running {
     let m = m.clone();
     Box::pin(async move {
         let mut inst = match idle {
@@ -101,7 +101,7 @@ fn run(m: &Arc<Mounted>, idle: Option<Instance>, shared: Shared, req: WasmReques
                 Err(e) => return (None, Err(e)),
             },
         };
-        let result = inst.module.call_handle(&mut inst.store, &req).await;
+        let result = inst.module.call_handle(&mut inst.store, req.view()).await;
         (Some(inst), result)
     })
 }
@@ -116,17 +116,59 @@ fn recycle(m: &Mounted, idle: &Idle, inst: Option<Instance>) {
     }
 }
 
-/// What the module's request looks like to it.
-fn record(req: &ModuleRequest<'_>) -> WasmRequest {
-    WasmRequest {
-        method: req.method().to_string(),
-        uri: req.uri().to_string(),
-        path: req.path().to_vec(),
-        query: req.query().map(str::to_string),
-        mount: req.mount().to_string(),
-        version: req.version().to_string(),
-        client: req.client().to_string(),
-        content_length: req.content_length(),
+/// The request's fields the module is handed, copied out of the connection's buffer in
+/// two allocations (the call outlives the buffer when the answer streams).
+struct Copied {
+    /// method, target, query, mount, version and client address, one after another.
+    text: String,
+    /// Where each ends in `text` (the query's end equals its start when there is none).
+    ends: [usize; 6],
+    has_query: bool,
+    path: Vec<u8>,
+    content_length: Option<u64>,
+}
+
+impl Copied {
+    fn new(req: &ModuleRequest<'_>) -> Copied {
+        use std::fmt::Write;
+        let mut text = String::with_capacity(req.uri().len() * 2 + 64);
+        let mut ends = [0; 6];
+        let parts = [
+            req.method(),
+            req.uri(),
+            req.query().unwrap_or(""),
+            req.mount(),
+            req.version(),
+        ];
+        for (end, part) in ends.iter_mut().zip(parts) {
+            text.push_str(part);
+            *end = text.len();
+        }
+        let _ = write!(text, "{}", req.client());
+        ends[5] = text.len();
+        Copied {
+            text,
+            ends,
+            has_query: req.query().is_some(),
+            path: req.path().to_vec(),
+            content_length: req.content_length(),
+        }
+    }
+
+    /// What the module's request looks like to it.
+    fn view(&self) -> WasmRequest<'_> {
+        let e = self.ends;
+        let t = &self.text;
+        WasmRequest {
+            method: &t[..e[0]],
+            uri: &t[e[0]..e[1]],
+            path: &self.path,
+            query: self.has_query.then(|| &t[e[1]..e[2]]),
+            mount: &t[e[2]..e[3]],
+            version: &t[e[3]..e[4]],
+            client: &t[e[4]..e[5]],
+            content_length: self.content_length,
+        }
     }
 }
 
@@ -135,7 +177,7 @@ pub async fn call(m: Arc<Mounted>, idle: Idle, req: &ModuleRequest<'_>) -> Reply
     let shared = Shared::default();
     shared.lock().headers = Headers::new(req.headers());
     let ready = idle.borrow_mut().pop();
-    let mut running = run(&m, ready, shared.clone(), record(req));
+    let mut running = run(&m, ready, shared.clone(), Copied::new(req));
     loop {
         let step = poll_fn(|cx| match poll_guest(&mut running, &shared, cx) {
             Poll::Ready(done) => Poll::Ready(Some(done)),
@@ -332,5 +374,30 @@ mod tests {
     fn sizes_read_naturally() {
         assert_eq!(size(64 << 20), "64 MiB");
         assert_eq!(size(96 << 10), "96 KiB");
+    }
+}
+
+#[cfg(test)]
+mod copied_tests {
+    #[test]
+    fn fields_come_back_whole_from_one_block() {
+        let text = "GET/a?b=1b=1/HTTP/1.1127.0.0.1:9".to_string();
+        let c = super::Copied {
+            text,
+            ends: [3, 9, 12, 13, 21, 32],
+            has_query: true,
+            path: b"/a".to_vec(),
+            content_length: None,
+        };
+        let v = c.view();
+        assert_eq!(
+            (v.method, v.uri, v.query, v.mount, v.version, v.client),
+            ("GET", "/a?b=1", Some("b=1"), "/", "HTTP/1.1", "127.0.0.1:9")
+        );
+        let none = super::Copied {
+            has_query: false,
+            ..c
+        };
+        assert_eq!(none.view().query, None);
     }
 }

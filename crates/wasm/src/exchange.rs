@@ -251,8 +251,8 @@ impl Exchange {
         self.streaming = true;
     }
 
-    /// Set the head, once; header fields with CR, LF or a bad name are dropped.
-    pub fn respond(&mut self, status: u16, fields: &[Field]) {
+    /// Set the head, once; header fields with CR, LF, NUL or a bad name are dropped.
+    pub fn respond(&mut self, status: u16, mut fields: Vec<Field>) {
         if self.head.is_some() {
             return;
         }
@@ -262,16 +262,12 @@ impl Exchange {
             500
         };
         let bad = |b: &u8| *b == b'\r' || *b == b'\n' || *b == 0;
-        let kept = fields
-            .iter()
-            .filter(|(name, value)| {
-                !name.is_empty()
-                    && name.bytes().all(|b| b.is_ascii_graphic() && b != b':')
-                    && !value.iter().any(bad)
-            })
-            .cloned()
-            .collect();
-        self.head = Some((status, kept));
+        fields.retain(|(name, value)| {
+            !name.is_empty()
+                && name.bytes().all(|b| b.is_ascii_graphic() && b != b':')
+                && !value.iter().any(bad)
+        });
+        self.head = Some((status, fields));
     }
 
     /// Whether the module waits for a body piece not yet given.
@@ -318,7 +314,7 @@ mod tests {
         let mut x = Exchange::default();
         x.respond(
             201,
-            &[
+            vec![
                 ("A".into(), b"1".to_vec()),
                 ("B\r\nX".into(), b"2".to_vec()),
                 ("C".into(), b"3\r\nInjected: 1".to_vec()),
@@ -327,14 +323,14 @@ mod tests {
                 ("E".into(), b"".to_vec()),
             ],
         );
-        x.respond(404, &[]);
+        x.respond(404, vec![]);
         let kept = vec![
             ("A".to_string(), b"1".to_vec()),
             ("E".to_string(), Vec::new()),
         ];
         assert_eq!(x.head, Some((201, kept)));
         let mut y = Exchange::default();
-        y.respond(7, &[]);
+        y.respond(7, vec![]);
         assert_eq!(y.head.unwrap().0, 500);
     }
 
@@ -429,7 +425,7 @@ mod tests {
         x.write(Bytes::from_static(b"ab"));
         let r = x.whole();
         assert_eq!((r.status, r.len()), (200, 2));
-        x.respond(404, &[("x".into(), b"1".to_vec())]);
+        x.respond(404, vec![("x".into(), b"1".to_vec())]);
         let r = x.whole();
         assert_eq!((r.status, r.header_lines()), (404, &b"x: 1\r\n"[..]));
         assert_eq!(x.queued, 0);

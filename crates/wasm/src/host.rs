@@ -190,7 +190,15 @@ impl http::Host for State {
     }
 
     fn respond(&mut self, status: u16, headers: Vec<(String, Vec<u8>)>) {
-        self.shared.lock().respond(status, &headers);
+        self.shared.lock().respond(status, headers);
+    }
+
+    fn answer(&mut self, status: u16, headers: Vec<(String, Vec<u8>)>, body: Vec<u8>) {
+        let mut x = self.shared.lock();
+        x.respond(status, headers);
+        // Not streaming (nothing flushed) unless the body is past the buffer: then the
+        // driver streams it, and the module returning ends the stream.
+        x.write(Bytes::from(body));
     }
 
     async fn write(&mut self, bytes: Vec<u8>) {

@@ -1,7 +1,10 @@
 //! The example WebAssembly module, small enough to copy.
 //!
-//! - `GET /`: a greeting (the `greeting` var, else "Hello"), what it sees of the request,
-//!   and a count of requests kept in the mount's store.
+//! - `GET /`: a greeting (the `greeting` var, else "Hello"), what it sees of the request
+//!   and its `name` cookie, and how many requests this instance has answered (the same
+//!   text as the native example module, `crates/modules/src/hello.rs`).
+//! - `GET /count`: a count of requests kept in the mount's store, shared by every
+//!   instance and worker.
 //! - `GET /?lines=N`: N numbered lines, streamed: each is written when the client has
 //!   taken the one before.
 //! - `GET /file/PATH`: PATH from the granted tree `www`, sent by the server with sendfile
@@ -10,9 +13,15 @@
 //! - `POST`: the body's length and first line.
 //! - anything else: 405 with `Allow`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
 use ramjet_module::{files, respond, store, var, write, Handler, Request, RequestExt};
 
 struct Hello;
+
+/// Requests this instance has answered (an instance serves one request after another).
+static SERVED: AtomicU64 = AtomicU64::new(0);
 
 const TEXT: &[u8] = b"text/plain; charset=utf-8";
 
@@ -49,7 +58,7 @@ fn get(req: &Request) {
         write(format!("agent {}\n", String::from_utf8_lossy(&agent)).as_bytes());
         return;
     }
-    let greeting = var("greeting").unwrap_or_else(|| "Hello".into());
+    let greeting = greeting();
     if let Some(n) = req.param("lines").and_then(|n| n.parse::<u64>().ok()) {
         respond(
             200,
@@ -61,28 +70,53 @@ fn get(req: &Request) {
         }
         return;
     }
-    let hits = store::get("hits")
-        .and_then(|v| Some(u64::from_le_bytes(v.try_into().ok()?)))
-        .unwrap_or(0)
-        + 1;
-    store::set("hits", &hits.to_le_bytes());
-    respond(
-        200,
-        &[("content-type", TEXT), ("cache-control", b"no-store")],
-    );
+    if rel == b"count" {
+        let hits = store::get("hits")
+            .and_then(|v| Some(u64::from_le_bytes(v.try_into().ok()?)))
+            .unwrap_or(0)
+            + 1;
+        store::set("hits", &hits.to_le_bytes());
+        respond(
+            200,
+            &[("content-type", TEXT), ("cache-control", b"no-store")],
+        );
+        write(format!("request {hits} to this mount\n").as_bytes());
+        return;
+    }
+    let served = SERVED.fetch_add(1, Ordering::Relaxed) + 1;
+    let cookie = ramjet_module::header("cookie").unwrap_or_default();
+    let name = cookie_value(&cookie, "name").unwrap_or("-");
     let client = req
         .client
         .rsplit_once(':')
         .map_or(&*req.client, |(ip, _)| ip);
-    write(
-        format!(
-            "{greeting}, {client}!\nmethod {} target {} query {}\nrequest {hits} to this mount\n",
-            req.method,
-            req.uri,
-            req.query.as_deref().unwrap_or("-"),
-        )
-        .as_bytes(),
+    let text = format!(
+        "{greeting}, {client}!\nmethod {} target {} query {}\ncookie name {name}\nrequest {served} on this instance\n",
+        req.method,
+        req.uri,
+        req.query.as_deref().unwrap_or("-"),
     );
+    ramjet_module::answer(
+        200,
+        &[("content-type", TEXT), ("cache-control", b"no-store")],
+        text.as_bytes(),
+    );
+}
+
+/// The `greeting` setting, asked for once per instance (an instance serves many requests).
+fn greeting() -> &'static str {
+    static GREETING: OnceLock<String> = OnceLock::new();
+    GREETING.get_or_init(|| var("greeting").unwrap_or_else(|| "Hello".into()))
+}
+
+/// The value of cookie `name` in a `Cookie` field (`a=b; c=d`).
+fn cookie_value<'a>(cookie: &'a [u8], name: &str) -> Option<&'a str> {
+    std::str::from_utf8(cookie)
+        .ok()?
+        .split(';')
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v)
 }
 
 fn file(path: &str) {

@@ -59,6 +59,16 @@ pub fn write(bytes: &[u8]) {
     http::write(bytes);
 }
 
+/// The whole answer at once: status, header fields and body (one call to the server
+/// instead of `respond` and `write`).
+pub fn answer(status: u16, headers: &[(&str, &[u8])], body: &[u8]) {
+    let fields: Vec<(String, Vec<u8>)> = headers
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.to_vec()))
+        .collect();
+    http::answer(status, &fields, body);
+}
+
 /// Send what the body holds now and stream the rest (each later write waits for the
 /// client).
 pub fn flush() {

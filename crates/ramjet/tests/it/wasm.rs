@@ -66,27 +66,37 @@ fn lines(greeting: &str, n: u64) -> String {
 fn the_example_module_answers_get_head_post_and_refuses_other_methods() {
     let s = server(&[("a.txt", b"static a")], "");
     let mut c = s.client();
-    c.send(b"GET /w/x?y=1 HTTP/1.1\r\nHost: t\r\n\r\n");
+    c.send(b"GET /w/x?y=1 HTTP/1.1\r\nHost: t\r\nCookie: a=b; name=bob\r\n\r\n");
     let r = c.response(false);
     assert_eq!(r.status, 200);
     assert_eq!(
         r.text(),
-        "Hi, 127.0.0.1!\nmethod GET target /w/x?y=1 query y=1\nrequest 1 to this mount\n"
+        "Hi, 127.0.0.1!\nmethod GET target /w/x?y=1 query y=1\ncookie name bob\nrequest 1 on this instance\n"
     );
     assert_eq!(
         r.header("content-length").unwrap(),
         r.body.len().to_string()
     );
     assert_eq!(r.header("cache-control").as_deref(), Some("no-store"));
+    // The same instance answers the next request; the mount's store counts across them.
+    c.send(b"GET /w/ HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(c
+        .response(false)
+        .text()
+        .contains("request 2 on this instance"));
+    for n in 1..=2 {
+        c.send(b"GET /w/count HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert_eq!(
+            c.response(false).text(),
+            format!("request {n} to this mount\n")
+        );
+    }
     // Header fields, asked for by the module.
     c.send(b"GET /w/headers HTTP/1.1\r\nHost: t\r\nUser-Agent: probe/1\r\nX-Empty:\r\n\r\n");
     assert_eq!(
         c.response(false).text(),
         "Host: t\nUser-Agent: probe/1\nX-Empty: \nagent probe/1\n"
     );
-    // The mount's store outlives the request's instance.
-    c.send(b"GET /w/ HTTP/1.1\r\nHost: t\r\n\r\n");
-    assert!(c.response(false).text().contains("request 2 to this mount"));
     c.send(b"HEAD /w/ HTTP/1.1\r\nHost: t\r\n\r\n");
     let r = c.response(true);
     assert_eq!(r.status, 200);
