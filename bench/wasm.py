@@ -10,7 +10,10 @@ three ways:
   wasm-fresh  the same component with `reuse = false`: a fresh pooled instance per request
   cgi      the same text from a C program (`bench/greet_cgi.c`), a process per request
 The load is `ramjet bench -c C -d D` on CPU 1 against each path in turn, the order rotated
-each round; median of the rounds. Rows: requests/s, requests per server CPU-second, p99.
+each round; median of the rounds. Rows: requests/s, requests per server CPU-second, p99. Two more rows give each module a
+reply with more work of its own (lines of text around a 21.5 KB file range sent by
+sendfile: the native example with its `file` option, the component's `/file/` path) and
+compare them with each other.
 
 Then the isolation row: the p99 of static 4 KB requests (-c 10) alone, and again while a
 client keeps the hostile module looping (`wasm/misbehave` /loop, a 1 s CPU budget each
@@ -38,7 +41,10 @@ PORT = 18731
 CGROUP = Path("/sys/fs/cgroup/cpuacct/ramjet-bench-wasm")
 WORK = Path("/tmp/ramjet-bench/wasm")
 PATHS = {"native": "/n/x?y=1", "wasm": "/w/x?y=1", "wasm-fresh": "/wf/x?y=1",
-         "cgi": "/cgi/greet?y=1"}
+         "cgi": "/cgi/greet?y=1",
+         # A reply whose own work is larger: generated lines around a 21.5 KB file range
+         # (SPECweb99's median class), sent by sendfile.
+         "native-file": "/nf/x", "wasm-file": "/w/file/21k.bin"}
 
 
 def build_guests():
@@ -58,6 +64,7 @@ def config(guests, cgi):
     www = WORK / "www"
     www.mkdir(parents=True, exist_ok=True)
     (www / "4k.bin").write_bytes(os.urandom(4096))
+    (www / "21k.bin").write_bytes(os.urandom(22016))
     return f"""listen = ["127.0.0.1:{PORT}"]
 workers = 1
 [limits]
@@ -71,10 +78,16 @@ root = "{www}"
 path = "/n/"
 module = "hello"
 [[location]]
+path = "/nf/"
+module = "hello"
+[location.module_config]
+file = "{www}/21k.bin"
+[[location]]
 path = "/w/"
 module = "wasm"
 [location.module_config]
 component = "{guests}/hello.wasm"
+files = {{ www = "{www}" }}
 [[location]]
 path = "/wf/"
 module = "wasm"
@@ -95,6 +108,12 @@ cgi_root = "{cgi}"
 
 def cpu():
     return int((CGROUP / "cpuacct.usage").read_text()) / 1e9
+
+
+def user_sys():
+    """The group's user and system CPU seconds."""
+    return (int((CGROUP / "cpuacct.usage_user").read_text()) / 1e9,
+            int((CGROUP / "cpuacct.usage_sys").read_text()) / 1e9)
 
 
 def bench(binary, url, conns, duration):
@@ -153,11 +172,13 @@ def main():
         order = list(PATHS)
         for r in range(args.rounds):
             for name in order[r % len(order):] + order[:r % len(order)]:
-                c0 = cpu()
+                c0, (u0, s0) = cpu(), user_sys()
                 rep = bench(args.binary, base + PATHS[name], args.connections, args.duration)
-                used = cpu() - c0
+                used, (u1, s1) = cpu() - c0, user_sys()
                 done, rps = rep["responses"], rep["requests_per_sec"]
                 runs[name].append({"rps": rps, "per_cpu": done / used, "cpu_s": used,
+                                   "user_us": (u1 - u0) / done * 1e6,
+                                   "sys_us": (s1 - s0) / done * 1e6,
                                    "p99_ms": p99_ms(rep), "errors": rep["errors"]["total"]})
                 print(f"round {r + 1} {name}: {rps:.0f} req/s, "
                       f"{done / used:.0f} per CPU-s, p99 {p99_ms(rep):.2f} ms", flush=True)
@@ -183,7 +204,8 @@ def main():
                 time.sleep(0.05)
     loops = sum(1 for line in (WORK / "ramjet.log").read_text().splitlines()
                 if "ran past its CPU budget" in line)
-    med = {k: {f: statistics.median(x[f] for x in v) for f in ("rps", "per_cpu", "p99_ms")}
+    med = {k: {f: statistics.median(x[f] for x in v)
+               for f in ("rps", "per_cpu", "p99_ms", "user_us", "sys_us")}
            for k, v in runs.items()}
     result = {"runs": runs, "median": med, "static_p99_alone_ms": alone,
               "static_p99_with_loop_ms": during, "loops_stopped": loops,
@@ -197,16 +219,20 @@ def main():
         f"{args.connections} -d {args.duration}` on CPU 1, median of {args.rounds} rounds, "
         "order rotated; server CPU from its cgroup (CGI processes included).",
         "",
-        "| | req/s | req per server CPU-s | p99 ms | vs native (per CPU) |",
-        "|---|---:|---:|---:|---:|",
+        "| | req/s | req per server CPU-s | p99 ms | vs native (per CPU) | user µs/req | system µs/req |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     rows = (("native module", "native"), ("WebAssembly module", "wasm"),
             ("WebAssembly, a fresh instance per request", "wasm-fresh"),
-            ("CGI (C program)", "cgi"))
+            ("CGI (C program)", "cgi"),
+            ("native module, text around a 21.5 KB file range", "native-file"),
+            ("WebAssembly module, text around a 21.5 KB file range", "wasm-file"))
     for name, key in rows:
         m = med[key]
+        base = med["native-file"] if key.endswith("-file") else n
         lines.append(f"| {name} | {m['rps']:,.0f} | {m['per_cpu']:,.0f} | {m['p99_ms']:.2f} | "
-                     f"{m['per_cpu'] / n['per_cpu']:.2f}x |")
+                     f"{m['per_cpu'] / base['per_cpu']:.2f}x | {m['user_us']:.1f} | "
+                     f"{m['sys_us']:.1f} |")
     lines += [
         "",
         f"Static 4 KB at -c 10, p99: alone {statistics.median(alone):.2f} ms, while a module "

@@ -1,11 +1,13 @@
 //! One call's store data and the functions the module imports (`wit/module.wit`): each
 //! reads or fills the call's [`Exchange`], or a grant of the mount.
 
+use std::fs::File;
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::task::Poll;
 
 use bytes::Bytes;
+use ramjet_runtime::sys::FileStat;
 use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, StoreLimits};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -14,6 +16,9 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use crate::bindings::ramjet::module::{files, host, http};
 use crate::exchange::{file_range, BodyFailure, BodyTurn, Cause, Shared};
 use crate::grants::{Grants, Refusal};
+
+/// Files kept open for the rest of a call.
+const OPENED_MAX: usize = 16;
 
 /// The most a module's `files.read` returns at once.
 const READ_MAX: u32 = 1 << 20;
@@ -32,6 +37,8 @@ pub struct State {
     stderr: MemoryOutputPipe,
     /// Where the current call's standard error begins.
     stderr_from: usize,
+    /// Files this call opened: (tree, path, file, metadata).
+    opened: Vec<(String, String, Arc<File>, FileStat)>,
 }
 
 impl State {
@@ -54,14 +61,38 @@ impl State {
             grants,
             stderr,
             stderr_from: 0,
+            opened: Vec::new(),
         }
+    }
+
+    /// A file of a granted tree, opened once per call (a module that asks its size and then
+    /// sends it opens it once).
+    async fn open(&mut self, tree: String, path: String) -> Result<(Arc<File>, FileStat), Refusal> {
+        if let Some((_, _, file, stat)) = self
+            .opened
+            .iter()
+            .find(|(t, p, ..)| *t == tree && *p == path)
+        {
+            return Ok((file.clone(), *stat));
+        }
+        let (file, stat) = self.grants.clone().open(&tree, &path).await?;
+        if self.opened.len() < OPENED_MAX {
+            self.opened.push((tree, path, file.clone(), stat));
+        }
+        Ok((file, stat))
     }
 
     /// Begin another call on this instance, with its own exchange.
     pub fn begin(&mut self, shared: Shared) {
         self.limits.shared = shared.clone();
         self.shared = shared;
+        self.opened.clear();
         self.stderr_from = self.stderr.contents().len();
+    }
+
+    /// The call is over: let go of what it opened.
+    pub fn end(&mut self) {
+        self.opened.clear();
     }
 
     /// What the current call wrote to standard error.
@@ -233,12 +264,7 @@ fn file_error(r: Refusal) -> files::FileError {
 
 impl files::Host for State {
     async fn size(&mut self, tree: String, path: String) -> Result<u64, files::FileError> {
-        let (_, stat) = self
-            .grants
-            .clone()
-            .open(&tree, &path)
-            .await
-            .map_err(file_error)?;
+        let (_, stat) = self.open(tree, path).await.map_err(file_error)?;
         Ok(stat.size)
     }
 
@@ -249,12 +275,7 @@ impl files::Host for State {
         offset: u64,
         len: Option<u64>,
     ) -> Result<u64, files::FileError> {
-        let (file, stat) = self
-            .grants
-            .clone()
-            .open(&tree, &path)
-            .await
-            .map_err(file_error)?;
+        let (file, stat) = self.open(tree, path).await.map_err(file_error)?;
         let len = file_range(offset, len, stat.size).ok_or(files::FileError::InvalidRange)?;
         self.shared.lock().send_file(file, offset, len);
         drained(self.shared.clone()).await;
@@ -268,12 +289,7 @@ impl files::Host for State {
         offset: u64,
         len: u32,
     ) -> Result<Vec<u8>, files::FileError> {
-        let (file, stat) = self
-            .grants
-            .clone()
-            .open(&tree, &path)
-            .await
-            .map_err(file_error)?;
+        let (file, stat) = self.open(tree, path).await.map_err(file_error)?;
         if offset > stat.size {
             return Err(files::FileError::InvalidRange);
         }
