@@ -1,4 +1,4 @@
-//! One call's store data and the functions the module imports (`wit/module.wit`): each
+//! An instance's store data and the functions the module imports (`wit/module.wit`): each
 //! reads or fills the call's [`Exchange`], or a grant of the mount.
 
 use std::fs::File;
@@ -27,7 +27,7 @@ const READ_MAX: u32 = 1 << 20;
 /// Rust module's panic message). A reused instance is dropped once it is half full.
 pub const STDERR_KEPT: usize = 16 << 10;
 
-/// One call's store data.
+/// An instance's store data (`begin` makes it the current call's).
 pub struct State {
     wasi: WasiCtx,
     table: ResourceTable,

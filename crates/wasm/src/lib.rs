@@ -1,8 +1,8 @@
 //! WebAssembly modules (`docs/WASM.md`): a component built against `wit/module.wit`,
-//! mounted with `module = "wasm"`, answers requests inside the worker. Each request gets a
-//! fresh instance from a pooling allocator, with a memory cap and a CPU budget; a module
-//! that traps, loops or runs out of memory fails its own request (500 and one log line) and
-//! nothing else. It sees only what its location grants: named file trees (read-only, sent
+//! mounted with `module = "wasm"`, answers requests inside the worker. A request runs on
+//! an instance the worker kept from an earlier one or on a new one from a pooling
+//! allocator, with a memory cap and a CPU budget; a module that traps, loops or runs out
+//! of memory fails its own request (500 and one log line) and nothing else. It sees only what its location grants: named file trees (read-only, sent
 //! by the host with sendfile), settings, a key-value store, the log.
 //!
 //! Without the `host` feature (on by default) only the boundary is built: what a module

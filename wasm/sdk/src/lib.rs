@@ -16,10 +16,12 @@
 //! ramjet_module::export!(Hi);
 //! ```
 //!
-//! ramjet calls `handle` once per request in a fresh instance: globals do not outlive the
-//! request (use [`store`] for what must). The instance has a memory cap and a CPU budget;
-//! a panic, a trap or running past either answers 500 and is logged under the module's
-//! name.
+//! ramjet calls `handle` once per request, on an instance that may have answered earlier
+//! requests on the same worker: globals last from one request to the next on it (a cache
+//! may live there), but each worker has its own instances, so what must be shared goes in
+//! [`store`]. An instance has a memory cap and a CPU budget; a panic, a trap or running
+//! past either answers 500, is logged under the module's name, and the instance is
+//! dropped.
 
 #[doc(hidden)]
 pub mod bindings {

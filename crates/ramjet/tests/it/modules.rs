@@ -163,7 +163,8 @@ fn module_options_are_checked_at_load_with_file_line_and_key() {
     assert_eq!(code, Some(0));
 }
 
-fn lines(greeting: &str, n: u64) -> String {
+/// `n` numbered lines as the example modules stream them.
+pub(crate) fn lines(greeting: &str, n: u64) -> String {
     (1..=n)
         .map(|i| format!("{greeting} {i} of {n}\n"))
         .collect()

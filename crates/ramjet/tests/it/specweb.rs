@@ -263,12 +263,22 @@ fn a_url_root_prefixes_static_paths_and_not_dynamic_queries() {
     std::fs::create_dir(s.root().parent().unwrap().join("www/mirror")).unwrap();
     std::os::unix::fs::symlink("..", s.root().parent().unwrap().join("www/mirror/specweb"))
         .unwrap();
-    let r = run_client(
+    // Every request answered without error is what the prefix must not break (a query
+    // that carried it got 404). Validity is not asserted: at the conforming rate a 4 s run
+    // makes a few dozen operations per connection, and one that draws a class 3 file can
+    // spend the run on it and miss a class, which the run rules call INVALID.
+    let (_, r, err) = run_client_status(
         &s,
         &["-c", "5", "--run", "4s", "--url-root", "/mirror/specweb"],
     );
     let m = &r["median"];
-    assert_eq!(r["valid"], true, "{m:#}");
+    assert!(
+        !m["sample_errors"].to_string().contains("404"),
+        "{m:#} {err}"
+    );
+    for row in m["ops_by_type"].as_array().unwrap() {
+        assert_eq!(row["errors"], 0, "{m:#}");
+    }
     let log = crate::poll_until(|| {
         std::fs::read_to_string(s.path("access.log"))
             .ok()

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use ramjet_testkit::Server;
 
+use crate::modules::lines;
+
 /// The guest components, built once per test run (`cargo build --release` in `wasm/`).
 fn guests() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
@@ -54,12 +56,6 @@ fn config(extra_bad: &str) -> String {
 
 fn server(files: &[(&str, &[u8])], extra_bad: &str) -> Server {
     crate::server_with(files, &config(extra_bad))
-}
-
-fn lines(greeting: &str, n: u64) -> String {
-    (1..=n)
-        .map(|i| format!("{greeting} {i} of {n}\n"))
-        .collect()
 }
 
 #[test]
