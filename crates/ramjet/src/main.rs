@@ -189,6 +189,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("finding this program")?;
     let resolved = load(&args)?;
     ramjet_observe::init_diagnostics(&resolved.log_level);
+    #[cfg(feature = "wasm")]
+    for note in ramjet_wasm::engine::take_notes() {
+        tracing::warn!("{note}");
+    }
     let child = std::env::var_os(PROCESS_ENV).is_some();
     if !activated.is_empty() && args.processes > 1 {
         anyhow::bail!(

@@ -268,6 +268,14 @@ fn size(bytes: u64) -> String {
 }
 
 fn failed(m: &Mounted, shared: &Shared, e: &wasmtime::Error, inst: Option<&Instance>) -> Reply {
+    let module_at_fault = e.downcast_ref::<Trap>().is_some() || shared.lock().cause.is_some();
+    if inst.is_none() && !module_at_fault {
+        // No instance could be made (the pool is exhausted, or memory is): the server is
+        // overloaded, not the module at fault.
+        tracing::warn!("{}: no instance could be made: {e:#}", m.grants.name);
+        return Reply::text(503, "503 Service Unavailable: the module has no room now\n")
+            .header("Retry-After", "1");
+    }
     tracing::warn!("{}: {}", m.grants.name, cause(m, shared, e, inst));
     Reply::text(500, "500 Internal Server Error: the module failed\n")
 }

@@ -4,7 +4,7 @@
 //! yields to the event loop and its CPU time is counted.
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use wasmtime::{
@@ -22,6 +22,21 @@ pub const TICK: Duration = Duration::from_millis(2);
 const POOLED_INSTANCES: u32 = 1000;
 
 static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
+
+/// Warnings from making the engine, which happens while the configuration loads, before
+/// the server's log is set up: the binary logs them once it is (`take_notes`).
+static NOTES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// A warning about the engine: logged now, and kept for [`take_notes`].
+fn note(text: String) {
+    tracing::warn!("{text}");
+    NOTES.lock().unwrap_or_else(|e| e.into_inner()).push(text);
+}
+
+/// The engine's warnings not yet taken (the binary logs them after setting up its log).
+pub fn take_notes() -> Vec<String> {
+    std::mem::take(&mut *NOTES.lock().unwrap_or_else(|e| e.into_inner()))
+}
 
 /// The engine, made on first use (with its epoch clock thread).
 pub fn engine() -> Result<&'static Engine, String> {
@@ -54,29 +69,46 @@ pub fn cache_directory() -> Option<PathBuf> {
     Some(base.join("ramjet").join("wasm"))
 }
 
+/// The engine with a pooling allocator, or, where the pool's address space cannot be
+/// reserved (a `ulimit -v`, a strict overcommit policy), with instances mapped on demand.
 fn build() -> wasmtime::Result<Engine> {
+    match Engine::new(&config(true)) {
+        Ok(engine) => Ok(engine),
+        Err(e) => {
+            note(format!(
+                "wasm: no pooling allocator ({e:#}); instances are mapped on demand, which \
+                 costs more per new instance"
+            ));
+            Engine::new(&config(false))
+        }
+    }
+}
+
+fn config(pooled: bool) -> Config {
     let mut config = Config::new();
     config.wasm_component_model(true);
     config.epoch_interruption(true);
     // Guest stacks: 512 KiB of wasm stack on a 1 MiB host fiber.
     config.max_wasm_stack(512 << 10);
     config.async_stack_size(1 << 20);
-    let mut pool = PoolingAllocationConfig::default();
-    pool.total_component_instances(POOLED_INSTANCES);
-    pool.total_core_instances(POOLED_INSTANCES * 2);
-    pool.total_memories(POOLED_INSTANCES * 2);
-    pool.total_tables(POOLED_INSTANCES * 2);
-    pool.total_stacks(POOLED_INSTANCES);
-    pool.max_memory_size(MAX_MEMORY as usize);
-    // A finished instance's memory is reset for the next one in place: the pages it
-    // dirtied (found with PAGEMAP_SCAN where the kernel has it, Linux 6.7+) are copied back
-    // or zeroed, up to this much, instead of unmapped with madvise and faulted in again by
-    // the next request. Beyond it, madvise.
-    pool.linear_memory_keep_resident(16 << 20);
-    pool.table_keep_resident(64 << 10);
-    pool.async_stack_keep_resident(1 << 20);
-    pool.pagemap_scan(Enabled::Auto);
-    config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    if pooled {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(POOLED_INSTANCES);
+        pool.total_core_instances(POOLED_INSTANCES * 2);
+        pool.total_memories(POOLED_INSTANCES * 2);
+        pool.total_tables(POOLED_INSTANCES * 2);
+        pool.total_stacks(POOLED_INSTANCES);
+        pool.max_memory_size(MAX_MEMORY as usize);
+        // A finished instance's memory is reset for the next one in place: the pages it
+        // dirtied (found with PAGEMAP_SCAN where the kernel has it, Linux 6.7+) are copied
+        // back or zeroed, up to this much, instead of unmapped with madvise and faulted in
+        // again by the next request. Beyond it, madvise.
+        pool.linear_memory_keep_resident(16 << 20);
+        pool.table_keep_resident(64 << 10);
+        pool.async_stack_keep_resident(1 << 20);
+        pool.pagemap_scan(Enabled::Auto);
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
     if let Some(dir) = cache_directory() {
         let mut cache = CacheConfig::new();
         cache.with_directory(dir);
@@ -84,8 +116,8 @@ fn build() -> wasmtime::Result<Engine> {
             Ok(cache) => {
                 config.cache(Some(cache));
             }
-            Err(e) => tracing::warn!("wasm: compiled modules will not be cached: {e:#}"),
+            Err(e) => note(format!("wasm: compiled modules will not be cached: {e:#}")),
         }
     }
-    Engine::new(&config)
+    config
 }
