@@ -36,7 +36,6 @@ ROOT = Path(__file__).resolve().parent.parent
 TREE = Path("/srv/ftp")
 PORTS = {"ramjet": 18621, "vsftpd": 18622, "pure-ftpd": 18623}
 PASSIVE = {"ramjet": (42000, 42999), "vsftpd": (43000, 43999), "pure-ftpd": (44000, 44999)}
-CGROUP = Path("/sys/fs/cgroup")
 # Unpacked by bench/install-peers.sh (Debian's FTP servers conflict with each other).
 VSFTPD = "/opt/peers/vsftpd/usr/sbin/vsftpd"
 WORK = Path("/tmp/ramjet-bench/ftp")
@@ -96,43 +95,6 @@ def server_cmd(name, binary):
             "-c", "20000", "-C", "20000", "-p", f"{lo}:{hi}", "-I", "15"]
 
 
-class Group:
-    """A v1 cgroup in the cpuacct and memory hierarchies."""
-
-    def __init__(self, name):
-        self.dirs = [CGROUP / c / f"ramjet-bench-{name}" for c in ("cpuacct", "memory")]
-        for d in self.dirs:
-            if d.exists():
-                d.rmdir()
-            d.mkdir()
-
-    def join_command(self, cmd):
-        """`cmd` run by a shell that first enters the group (so all it forks is counted)."""
-        enter = "; ".join(f"echo $$ > {d}/cgroup.procs" for d in self.dirs)
-        return ["sh", "-c", f"{enter}; exec taskset -c 0 \"$@\"", "sh", *cmd]
-
-    def cpu(self):
-        return int((self.dirs[0] / "cpuacct.usage").read_text()) / 1e9
-
-    def memory(self):
-        """Bytes charged less page cache."""
-        usage = int((self.dirs[1] / "memory.usage_in_bytes").read_text())
-        stat = dict(line.split() for line in (self.dirs[1] / "memory.stat").read_text().splitlines())
-        return usage - int(stat["cache"])
-
-    def pids(self):
-        return [int(p) for p in (self.dirs[1] / "cgroup.procs").read_text().split()]
-
-    def remove(self):
-        for d in self.dirs:
-            for _ in range(100):
-                try:
-                    d.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.05)
-
-
 def pss_kb(pids):
     """Proportional set size of the processes, KB: shared pages split between them."""
     return procstat.sum_kb(pids, "smaps_rollup", "Pss")
@@ -140,7 +102,7 @@ def pss_kb(pids):
 
 def start(name, binary):
     WORK.mkdir(parents=True, exist_ok=True)
-    group = Group(name)
+    group = procstat.Group(name)
     log = open(WORK / f"{name}.log", "w")
     proc = subprocess.Popen(group.join_command(server_cmd(name, binary)), stdout=log,
                             stderr=subprocess.STDOUT)

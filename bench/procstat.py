@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 TICK = os.sysconf("SC_CLK_TCK")
+CGROUP = Path("/sys/fs/cgroup")
 
 
 def proc_cpu(pid):
@@ -167,3 +168,45 @@ def start_apache(conf, port, **popen):
                              "-DFOREGROUND"], start_new_session=True, **popen)
     wait_port(port, proc)
     return proc
+
+
+class Group:
+    """A v1 cgroup in the cpuacct and memory hierarchies."""
+
+    def __init__(self, name):
+        self.dirs = [CGROUP / c / f"ramjet-bench-{name}" for c in ("cpuacct", "memory")]
+        for d in self.dirs:
+            if d.exists():
+                d.rmdir()
+            d.mkdir()
+
+    def join_command(self, cmd):
+        """`cmd` run by a shell that first enters the group (so all it forks is counted)."""
+        enter = "; ".join(f"echo $$ > {d}/cgroup.procs" for d in self.dirs)
+        return ["sh", "-c", f"{enter}; exec taskset -c 0 \"$@\"", "sh", *cmd]
+
+    def cpu(self):
+        return int((self.dirs[0] / "cpuacct.usage").read_text()) / 1e9
+
+    def user_sys(self):
+        """User and system CPU seconds."""
+        return (int((self.dirs[0] / "cpuacct.usage_user").read_text()) / 1e9,
+                int((self.dirs[0] / "cpuacct.usage_sys").read_text()) / 1e9)
+
+    def memory(self):
+        """Bytes charged less page cache."""
+        usage = int((self.dirs[1] / "memory.usage_in_bytes").read_text())
+        stat = dict(line.split() for line in (self.dirs[1] / "memory.stat").read_text().splitlines())
+        return usage - int(stat["cache"])
+
+    def pids(self):
+        return [int(p) for p in (self.dirs[1] / "cgroup.procs").read_text().split()]
+
+    def remove(self):
+        for d in self.dirs:
+            for _ in range(100):
+                try:
+                    d.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.05)

@@ -38,7 +38,6 @@ import procstat  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 18731
-CGROUP = Path("/sys/fs/cgroup/cpuacct/ramjet-bench-wasm")
 WORK = Path("/tmp/ramjet-bench/wasm")
 PATHS = {"native": "/n/x?y=1", "wasm": "/w/x?y=1", "wasm-fresh": "/wf/x?y=1",
          "cgi": "/cgi/greet?y=1",
@@ -106,16 +105,6 @@ cgi_root = "{cgi}"
 """
 
 
-def cpu():
-    return int((CGROUP / "cpuacct.usage").read_text()) / 1e9
-
-
-def user_sys():
-    """The group's user and system CPU seconds."""
-    return (int((CGROUP / "cpuacct.usage_user").read_text()) / 1e9,
-            int((CGROUP / "cpuacct.usage_sys").read_text()) / 1e9)
-
-
 def bench(binary, url, conns, duration):
     cmd = ["taskset", "-c", "1", binary, "bench", "--json", "--no-progress", "-c", str(conns),
            "-d", duration, url]
@@ -154,14 +143,11 @@ def main():
     WORK.mkdir(parents=True, exist_ok=True)
     guests, cgi = build_guests(), build_cgi()
     (WORK / "ramjet.toml").write_text(config(guests, cgi))
-    if CGROUP.exists():
-        CGROUP.rmdir()
-    CGROUP.mkdir()
+    group = procstat.Group("wasm")
     env = dict(os.environ, RAMJET_WASM_CACHE=str(WORK / "cache"))
-    enter = f"echo $$ > {CGROUP}/cgroup.procs"
     log = open(WORK / "ramjet.log", "w")
-    proc = subprocess.Popen(["sh", "-c", f"{enter}; exec taskset -c 0 \"$@\"", "sh", args.binary,
-                             "serve", "--config", str(WORK / "ramjet.toml")],
+    proc = subprocess.Popen(group.join_command([args.binary, "serve", "--config",
+                                                str(WORK / "ramjet.toml")]),
                             stdout=log, stderr=subprocess.STDOUT, env=env)
     runs = {k: [] for k in PATHS}
     try:
@@ -172,9 +158,9 @@ def main():
         order = list(PATHS)
         for r in range(args.rounds):
             for name in order[r % len(order):] + order[:r % len(order)]:
-                c0, (u0, s0) = cpu(), user_sys()
+                c0, (u0, s0) = group.cpu(), group.user_sys()
                 rep = bench(args.binary, base + PATHS[name], args.connections, args.duration)
-                used, (u1, s1) = cpu() - c0, user_sys()
+                used, (u1, s1) = group.cpu() - c0, group.user_sys()
                 done, rps = rep["responses"], rep["requests_per_sec"]
                 runs[name].append({"rps": rps, "per_cpu": done / used, "cpu_s": used,
                                    "user_us": (u1 - u0) / done * 1e6,
@@ -196,12 +182,7 @@ def main():
                   f"with a module looping {during[-1]:.2f} ms", flush=True)
     finally:
         procstat.stop(proc)
-        for _ in range(100):
-            try:
-                CGROUP.rmdir()
-                break
-            except OSError:
-                time.sleep(0.05)
+        group.remove()
     loops = sum(1 for line in (WORK / "ramjet.log").read_text().splitlines()
                 if "ran past its CPU budget" in line)
     med = {k: {f: statistics.median(x[f] for x in v)

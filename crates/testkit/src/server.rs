@@ -56,6 +56,19 @@ impl Server {
         config: &str,
         env: &[(&str, &str)],
     ) -> Server {
+        Server::start_under(&[], bin, dir, config, env)
+    }
+
+    /// As [`Server::start_with_env`], the server started by `wrapper` (a program and its
+    /// arguments, given the server's command line after them; e.g. a shell that sets a
+    /// `ulimit` and `exec`s it).
+    pub fn start_under(
+        wrapper: &[&str],
+        bin: &str,
+        dir: tempfile::TempDir,
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> Server {
         let mut text = config.replace("{dir}", &dir.path().display().to_string());
         if !text.contains("listen") {
             text = format!("listen = [\"127.0.0.1:0\"]\n{text}");
@@ -65,7 +78,15 @@ impl Server {
         }
         let config_path = dir.path().join("ramjet.toml");
         std::fs::write(&config_path, text).expect("write config");
-        let mut child = Command::new(bin)
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let mut child = command
             .args(["serve", "--config"])
             .arg(&config_path)
             .env("RUST_LOG", "info")

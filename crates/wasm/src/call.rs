@@ -59,7 +59,7 @@ impl Instance {
     async fn new(m: &Mounted, shared: Shared) -> wasmtime::Result<Instance> {
         let state = State::new(m.grants.clone(), shared, m.memory);
         let mut store = Store::new(m.pre.instance_pre().engine(), state);
-        store.limiter(|s| s.limiter());
+        store.limiter(|s| s);
         let budget = m.cpu;
         store.epoch_deadline_callback(move |ctx| {
             let mut x = ctx.data().shared.lock();

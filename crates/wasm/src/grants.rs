@@ -119,11 +119,14 @@ impl Grants {
 }
 
 fn refusal(e: &io::Error) -> Refusal {
+    use io::ErrorKind as K;
+    if sys::is_symlink_loop(e) {
+        return Refusal::Denied;
+    }
     match e.kind() {
-        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory => Refusal::NotFound,
-        io::ErrorKind::PermissionDenied => Refusal::Denied,
-        // EXDEV: a symlink out of the tree; ELOOP: too many.
-        _ if e.raw_os_error() == Some(18) || sys::is_symlink_loop(e) => Refusal::Denied,
+        K::NotFound | K::NotADirectory => Refusal::NotFound,
+        // EXDEV: a symlink out of the tree.
+        K::PermissionDenied | K::CrossesDevices => Refusal::Denied,
         _ => Refusal::Io,
     }
 }

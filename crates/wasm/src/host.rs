@@ -31,7 +31,7 @@ pub const STDERR_KEPT: usize = 16 << 10;
 pub struct State {
     wasi: WasiCtx,
     table: ResourceTable,
-    limits: Limits,
+    limits: StoreLimits,
     pub shared: Shared,
     pub grants: Arc<Grants>,
     stderr: MemoryOutputPipe,
@@ -50,13 +50,10 @@ impl State {
         State {
             wasi,
             table: ResourceTable::new(),
-            limits: Limits {
-                store: wasmtime::StoreLimitsBuilder::new()
-                    .memory_size(memory as usize)
-                    .instances(64)
-                    .build(),
-                shared: shared.clone(),
-            },
+            limits: wasmtime::StoreLimitsBuilder::new()
+                .memory_size(memory as usize)
+                .instances(64)
+                .build(),
             shared,
             grants,
             stderr,
@@ -84,7 +81,6 @@ impl State {
 
     /// Begin another call on this instance, with its own exchange.
     pub fn begin(&mut self, shared: Shared) {
-        self.limits.shared = shared.clone();
         self.shared = shared;
         self.opened.clear();
         self.stderr_from = self.stderr.contents().len();
@@ -108,10 +104,6 @@ impl State {
     pub fn stderr_len(&self) -> usize {
         self.stderr.contents().len()
     }
-
-    pub fn limiter(&mut self) -> &mut dyn ResourceLimiter {
-        &mut self.limits
-    }
 }
 
 /// Wait until the connection has taken enough of what was written (when streaming).
@@ -127,20 +119,15 @@ async fn drained(shared: Shared) {
     .await
 }
 
-/// The memory cap, noting when it refused a growth.
-struct Limits {
-    store: StoreLimits,
-    shared: Shared,
-}
-
-impl ResourceLimiter for Limits {
+/// The memory cap, noting in the call's exchange when it refused a growth.
+impl ResourceLimiter for State {
     fn memory_growing(
         &mut self,
         current: usize,
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        let allowed = self.store.memory_growing(current, desired, maximum)?;
+        let allowed = self.limits.memory_growing(current, desired, maximum)?;
         if !allowed {
             self.shared.lock().cause = Some(Cause::Memory);
         }
@@ -153,19 +140,19 @@ impl ResourceLimiter for Limits {
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        self.store.table_growing(current, desired, maximum)
+        self.limits.table_growing(current, desired, maximum)
     }
 
     fn instances(&self) -> usize {
-        self.store.instances()
+        self.limits.instances()
     }
 
     fn tables(&self) -> usize {
-        self.store.tables()
+        self.limits.tables()
     }
 
     fn memories(&self) -> usize {
-        self.store.memories()
+        self.limits.memories()
     }
 }
 

@@ -428,68 +428,42 @@ fn walk(dir: &Path) -> usize {
         .unwrap_or(0)
 }
 
-/// The server under `ulimit -v KB`, its listening address, and its log lines so far.
-fn serve_limited(dir: &Path, kb: u64) -> (std::process::Child, std::net::SocketAddr, Vec<String>) {
-    use std::io::BufRead;
-    let config = dir.join("r.toml");
-    std::fs::write(
+/// The example mounted on a server started under `ulimit -v KB`.
+fn serve_limited(kb: u64) -> Server {
+    let config = format!(
+        "workers = 1\n[[location]]\npath = \"/w/\"\nmodule = \"wasm\"\n[location.module_config]\ncomponent = {:?}\n",
+        component("hello")
+    );
+    let limit = format!("ulimit -v {kb} && exec \"$@\"");
+    Server::start_under(
+        &["sh", "-c", &limit, "sh"],
+        crate::BIN,
+        Server::dir(),
         &config,
-        format!(
-            "listen = [\"127.0.0.1:0\"]\nworkers = 1\n[[location]]\npath = \"/w/\"\nmodule = \"wasm\"\n[location.module_config]\ncomponent = {:?}\n",
-            component("hello")
-        ),
+        &[],
     )
-    .unwrap();
-    let mut child = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -v {kb} && exec \"$0\" serve --config \"$1\""
-        ))
-        .arg(crate::BIN)
-        .arg(&config)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = Vec::new();
-    let mut reader = std::io::BufReader::new(child.stderr.take().unwrap());
-    let addr = loop {
-        let mut line = String::new();
-        assert!(
-            reader.read_line(&mut line).unwrap() > 0,
-            "no start: {lines:?}"
-        );
-        if let Some(rest) = line.split("listening on http://").nth(1) {
-            break rest.split(' ').next().unwrap().parse().unwrap();
-        }
-        lines.push(line);
-    };
-    std::thread::spawn(move || for _ in reader.lines() {});
-    (child, addr, lines)
 }
 
 #[test]
 fn without_room_for_the_pool_instances_are_mapped_on_demand_and_without_any_503() {
-    let dir = tempfile::tempdir().unwrap();
     // 16 GiB of address space: no room for the pool (terabytes reserved), room for an
     // instance made on demand.
-    let (mut child, addr, lines) = serve_limited(dir.path(), 16 << 20);
+    let s = serve_limited(16 << 20);
     assert!(
-        lines.iter().any(|l| l.contains("no pooling allocator")),
-        "{lines:?}"
+        s.wait_for_log("no pooling allocator", Duration::from_secs(10)),
+        "{:?}",
+        s.stderr()
     );
-    let mut c = ramjet_testkit::Client::connect(addr);
+    let mut c = s.client();
     c.send(b"GET /w/ HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(c.response(false).status, 200);
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(s);
     // Under 4 GiB not even one instance's memory fits: 503 with Retry-After, not a 500
     // that blames the module.
-    let (mut child, addr, _) = serve_limited(dir.path(), 4_000_000);
-    let mut c = ramjet_testkit::Client::connect(addr);
+    let s = serve_limited(4_000_000);
+    let mut c = s.client();
     c.send(b"GET /w/ HTTP/1.1\r\nHost: t\r\n\r\n");
     let r = c.response(false);
     assert_eq!(r.status, 503);
     assert_eq!(r.header("retry-after").as_deref(), Some("1"));
-    let _ = child.kill();
-    let _ = child.wait();
 }
