@@ -31,6 +31,7 @@ use bytes::Bytes;
 use ramjet_config::ModuleError;
 use ramjet_specweb::frame;
 use ramjet_specweb::postlog::Post;
+use ramjet_specweb::request::{self, parse_post};
 use ramjet_specweb::tables::{self, Ad, AdParams};
 use serde::Deserialize;
 
@@ -135,78 +136,9 @@ fn now() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-/// `user_id=U&last_ad=A` from the `my_cookie` cookie.
+/// The user and last ad from the `my_cookie` cookie.
 fn my_cookie(req: &ModuleRequest<'_>) -> Option<(u64, u32)> {
-    let v = req.cookie("my_cookie")?;
-    let mut user = None;
-    let mut last = None;
-    for pair in v.split('&') {
-        match pair.split_once('=') {
-            Some(("user_id", u)) => user = u.parse().ok(),
-            Some(("last_ad", a)) => last = a.parse().ok(),
-            _ => {}
-        }
-    }
-    Some((user?, last.unwrap_or(0)))
-}
-
-/// Percent-decoding of a form field (`+` is a space).
-fn form_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                let hex = |c: u8| (c as char).to_digit(16);
-                match (hex(b[i + 1]), hex(b[i + 2])) {
-                    (Some(h), Some(l)) => {
-                        out.push((h * 16 + l) as u8);
-                        i += 2;
-                    }
-                    _ => out.push(b'%'),
-                }
-            }
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The fields of a POST body, by name, in any order.
-pub struct PostForm {
-    urlroot: String,
-    object: Object,
-    client: u64,
-}
-
-/// Parse a POST body (`urlroot`, `dir`, `class`, `num`, `client`, URL-encoded, any order).
-pub fn parse_post(body: &[u8]) -> Option<PostForm> {
-    let body = std::str::from_utf8(body).ok()?.trim_end();
-    let (mut urlroot, mut dir, mut class, mut num, mut client) = (None, None, None, None, None);
-    for pair in body.split('&') {
-        let (k, v) = pair.split_once('=')?;
-        let v = form_decode(v);
-        match k {
-            "urlroot" => urlroot = Some(v),
-            "dir" => dir = v.parse::<u32>().ok(),
-            "class" => class = v.parse::<u32>().ok().filter(|c| *c < 4),
-            "num" => num = v.parse::<u32>().ok().filter(|n| *n < 9),
-            "client" => client = v.parse::<u64>().ok(),
-            _ => {}
-        }
-    }
-    Some(PostForm {
-        urlroot: urlroot?,
-        object: Object {
-            dir: dir.filter(|d| *d < 100_000)?,
-            class: class?,
-            num: num?,
-        },
-        client: client?,
-    })
+    request::my_cookie(req.cookie("my_cookie")?)
 }
 
 impl Worker {
@@ -336,7 +268,7 @@ impl Worker {
             Err(reply) => return reply,
         };
         let o = form.object;
-        let filename = format!("{}dir{:05}/class{}_{}", form.urlroot, o.dir, o.class, o.num);
+        let filename = form.filename();
         let shared = self.shared.clone();
         let client = form.client;
         let written = blocking(move || {
@@ -365,29 +297,9 @@ impl Worker {
         let (name, params) = command.split_once('&').unwrap_or((command, ""));
         match name {
             "Reset" => {
-                let mut p = AdParams {
-                    pttime: 0,
-                    maxthread: 0,
-                    expired: [0, 0],
-                    now: now(),
-                };
-                let mut maxload = 0u32;
-                for pair in params.split('&') {
-                    match pair.split_once('=') {
-                        Some(("maxload", v)) => maxload = v.parse().unwrap_or(0),
-                        Some(("pttime", v)) => p.pttime = v.parse().unwrap_or(0),
-                        Some(("maxthread", v)) => p.maxthread = v.parse().unwrap_or(0),
-                        Some(("exp", v)) => {
-                            let mut e = v
-                                .split(',')
-                                .map(|x| x.parse::<u32>().unwrap_or(0) % tables::ADS);
-                            p.expired = [e.next().unwrap_or(0), e.next().unwrap_or(0)];
-                        }
-                        _ => {}
-                    }
-                }
+                let (users, p) = request::parse_reset(params, now());
                 let shared = self.shared.clone();
-                let done = blocking(move || shared.reset(maxload, &p)).await;
+                let done = blocking(move || shared.reset(users, &p)).await;
                 match done {
                     Some(Ok(())) => self.frame(req, |_| {}),
                     Some(Err(e)) => Reply::text(500, format!("Reset failed: {e}\n")),
@@ -414,8 +326,7 @@ impl Worker {
 impl SpecWeb {
     /// Reset: new tables (upfgen99, cadgen99) written where the kit writes them, the post
     /// log emptied, the tables in force replaced (blocking).
-    fn reset(&self, maxload: u32, p: &AdParams) -> std::io::Result<()> {
-        let users = maxload.max(p.maxthread);
+    fn reset(&self, users: u32, p: &AdParams) -> std::io::Result<()> {
         let user_bytes = tables::user_personality(users);
         let ads = tables::ads(p);
         let ad_bytes = tables::custom_ads(&ads);
@@ -454,38 +365,4 @@ impl ModuleWorker for Worker {
     }
 
     fn tick(&self) {}
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn post_fields_are_parsed_by_name_in_any_order() {
-        let f = parse_post(b"class=1&client=2&dir=00004&num=3&urlroot=%2Ffile_set%2F").unwrap();
-        assert_eq!(f.urlroot, "/file_set/");
-        assert_eq!(
-            f.object,
-            Object {
-                dir: 4,
-                class: 1,
-                num: 3
-            }
-        );
-        assert_eq!(f.client, 2);
-        let f = parse_post(b"urlroot=http://h/file_set/&dir=00012&class=3&num=8&client=77\r\n")
-            .unwrap();
-        assert_eq!(f.urlroot, "http://h/file_set/");
-        assert!(parse_post(b"urlroot=/x/&dir=1&class=4&num=0&client=1").is_none());
-        assert!(parse_post(b"urlroot=/x/&dir=1&class=1&client=1").is_none());
-        assert!(parse_post(b"garbage").is_none());
-    }
-
-    #[test]
-    fn form_decoding() {
-        assert_eq!(form_decode("a%20b+c%2F"), "a b c/");
-        assert_eq!(form_decode("100%"), "100%");
-        assert_eq!(form_decode("%zz"), "%zz");
-        assert_eq!(form_decode("%é%"), "%é%");
-    }
 }

@@ -13,6 +13,9 @@ wasmtime::component::bindgen!({
         "ramjet:module/files.size": async,
         "ramjet:module/files.send": async,
         "ramjet:module/files.read": async,
+        "ramjet:module/journal.append": async,
+        "ramjet:module/journal.send": async,
+        "ramjet:module/journal.clear": async,
     },
     exports: { default: async },
     // The request handed to `handle` borrows the connection's buffer: nothing is copied

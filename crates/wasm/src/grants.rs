@@ -1,5 +1,5 @@
-//! What a mount grants its module: named file trees (read-only, never left), settings, and
-//! a key-value store shared by every worker and request of the mount.
+//! What a mount grants its module: named file trees (read-only, never left), journals,
+//! settings, and a key-value store shared by every worker and request of the mount.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -7,6 +7,8 @@ use std::io;
 use std::sync::{Arc, Mutex};
 
 use ramjet_runtime::sys::{self, FileStat, OpenPolicy};
+
+use crate::journal::Journal;
 
 /// Limits of the key-value store.
 pub const KEY_MAX: usize = 256;
@@ -19,6 +21,8 @@ pub struct Grants {
     pub name: String,
     pub trees: BTreeMap<String, Arc<File>>,
     pub vars: BTreeMap<String, String>,
+    /// Journals, by name (`crate::journal`).
+    pub journals: BTreeMap<String, Arc<Journal>>,
     store: Mutex<HashMap<String, Vec<u8>>>,
 }
 
@@ -41,8 +45,15 @@ impl Grants {
             name,
             trees: trees.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
             vars,
+            journals: BTreeMap::new(),
             store: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// With these journals granted too.
+    pub fn with_journals(mut self, journals: BTreeMap<String, Arc<Journal>>) -> Grants {
+        self.journals = journals;
+        self
     }
 
     /// The tree `tree` and `path` made relative to it: `None` (not found) for `..`, `.`,

@@ -13,9 +13,10 @@ use wasmtime::{ResourceLimiter, StoreLimits};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use crate::bindings::ramjet::module::{files, host, http};
+use crate::bindings::ramjet::module::{files, host, http, journal};
 use crate::exchange::{file_range, BodyFailure, BodyTurn, Cause, Shared};
 use crate::grants::{Grants, Refusal};
+use crate::journal::{Journal, Refused};
 
 /// Files kept open for the rest of a call.
 const OPENED_MAX: usize = 16;
@@ -301,6 +302,62 @@ impl files::Host for State {
         })
         .await
         .map_err(|_| files::FileError::Io)?
+    }
+}
+
+impl State {
+    fn journal(&self, name: &str) -> Result<Arc<Journal>, journal::JournalError> {
+        self.grants
+            .journals
+            .get(name)
+            .cloned()
+            .ok_or(journal::JournalError::NoJournal)
+    }
+}
+
+impl journal::Host for State {
+    async fn append(
+        &mut self,
+        name: String,
+        record: Vec<u8>,
+        number_at: Option<(u32, u32)>,
+    ) -> Result<u64, journal::JournalError> {
+        let j = self.journal(&name)?;
+        // Checked here, so a bad record costs no trip to the blocking pool.
+        crate::journal::check(&record, number_at).map_err(|_| journal::JournalError::BadRecord)?;
+        let appended = tokio::task::spawn_blocking(move || j.append(record, number_at))
+            .await
+            .map_err(|_| journal::JournalError::Io)?;
+        appended.map_err(|e| match e {
+            Refused::BadRecord => journal::JournalError::BadRecord,
+            Refused::Io => journal::JournalError::Io,
+        })
+    }
+
+    fn size(&mut self, name: String) -> Result<(u64, u64), journal::JournalError> {
+        Ok(self.journal(&name)?.size())
+    }
+
+    async fn send(
+        &mut self,
+        name: String,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), journal::JournalError> {
+        let (file, bytes) = self.journal(&name)?.file();
+        let len =
+            file_range(offset, Some(len), bytes).ok_or(journal::JournalError::InvalidRange)?;
+        self.shared.lock().send_file(file, offset, len);
+        drained(self.shared.clone()).await;
+        Ok(())
+    }
+
+    async fn clear(&mut self, name: String) -> Result<(), journal::JournalError> {
+        let j = self.journal(&name)?;
+        tokio::task::spawn_blocking(move || j.clear())
+            .await
+            .map_err(|_| journal::JournalError::Io)?
+            .map_err(|_| journal::JournalError::Io)
     }
 }
 

@@ -47,7 +47,8 @@ fn start(config: &toml::Table) -> Result<Arc<dyn Module>, ModuleError> {
         .component
         .file_name()
         .map_or(shown.clone(), |n| n.to_string_lossy().into_owned());
-    let grants = Grants::new(format!("wasm module {file}"), o.files, o.vars);
+    let grants =
+        Grants::new(format!("wasm module {file}"), o.files, o.vars).with_journals(o.journals);
     Ok(Arc::new(Wasm(Arc::new(Mounted {
         pre,
         grants: Arc::new(grants),

@@ -3,11 +3,14 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ramjet_config::{ModuleError, Seconds, Size};
 use ramjet_modules::{option_error, options};
 use serde::Deserialize;
+
+use crate::journal::{self, Journal};
 
 /// As written.
 #[derive(Deserialize)]
@@ -20,6 +23,8 @@ struct Raw {
     files: BTreeMap<String, String>,
     #[serde(default)]
     vars: BTreeMap<String, String>,
+    #[serde(default)]
+    journals: BTreeMap<String, String>,
     reuse: Option<bool>,
 }
 
@@ -42,6 +47,8 @@ pub struct Options {
     pub files: BTreeMap<String, File>,
     /// Settings the module reads with `var`.
     pub vars: BTreeMap<String, String>,
+    /// Granted journals, by name, open.
+    pub journals: BTreeMap<String, Arc<Journal>>,
     /// An instance serves request after request on its worker (default); false: a fresh
     /// instance per request.
     pub reuse: bool,
@@ -84,12 +91,26 @@ pub fn parse(table: &toml::Table) -> Result<Options, ModuleError> {
         }
         files.insert(name, opened.0);
     }
+    let mut journals = BTreeMap::new();
+    for (name, path) in raw.journals {
+        let p = PathBuf::from(&path);
+        if !p.is_absolute() {
+            return Err(option_error(
+                &format!("journals.{name}"),
+                format!("{path}: not an absolute path"),
+            ));
+        }
+        let j = journal::open(&p)
+            .map_err(|e| option_error(&format!("journals.{name}"), format!("{path}: {e}")))?;
+        journals.insert(name, j);
+    }
     Ok(Options {
         component,
         memory,
         cpu,
         files,
         vars: raw.vars,
+        journals,
         reuse: raw.reuse.unwrap_or(true),
     })
 }
@@ -143,5 +164,19 @@ mod tests {
             Some("files.www")
         );
         assert_eq!(key(&format!("{c}colour = 1")).as_deref(), Some("colour"));
+        let o = parse_str(&format!(
+            "{c}journals = {{ posts = {:?} }}",
+            dir.path().join("posts").to_str().unwrap()
+        ))
+        .unwrap();
+        assert_eq!(o.journals["posts"].size(), (0, 0));
+        assert_eq!(
+            key(&format!("{c}journals = {{ posts = \"rel/posts\" }}")).as_deref(),
+            Some("journals.posts")
+        );
+        assert_eq!(
+            key(&format!("{c}journals = {{ posts = \"/nope/posts\" }}")).as_deref(),
+            Some("journals.posts")
+        );
     }
 }

@@ -33,7 +33,7 @@ pub mod bindings {
     });
 }
 
-use bindings::ramjet::module::{files as wit_files, host, http};
+use bindings::ramjet::module::{files as wit_files, host, http, journal as wit_journal};
 
 pub use bindings::Guest as Handler;
 pub use http::{BodyError, Request};
@@ -112,6 +112,27 @@ pub fn headers() -> Vec<(String, Vec<u8>)> {
     http::headers()
 }
 
+/// The value of the cookie `name` (from the first `Cookie` field that has it: over
+/// HTTP/2 a client may send one field per cookie).
+pub fn cookie(name: &str) -> Option<String> {
+    let find = |v: &[u8]| {
+        std::str::from_utf8(v)
+            .ok()?
+            .split(';')
+            .filter_map(|pair| pair.trim().split_once('='))
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.to_string())
+    };
+    // The common case, one field, without copying every header.
+    if let Some(found) = header("cookie").as_deref().and_then(find) {
+        return Some(found);
+    }
+    headers()
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("cookie"))
+        .find_map(|(_, v)| find(v))
+}
+
 /// Helpers on the request record.
 pub trait RequestExt {
     /// The undecoded value of query parameter `name`.
@@ -148,6 +169,40 @@ pub mod files {
     /// Read up to `len` bytes from `offset`.
     pub fn read(tree: &str, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, FileError> {
         wit_files::read(tree, path, offset, len)
+    }
+}
+
+/// The journals the location grants (`journals = { NAME = "/path" }`): append-only files
+/// of records, one line each, numbered in one sequence and on disk before `append`
+/// returns; for what must outlive the process, such as an order taken.
+pub mod journal {
+    use super::wit_journal;
+    pub use wit_journal::JournalError;
+
+    /// Append `line` (ending with LF, none before) and wait until it is on disk; its
+    /// number. With `number_at` (offset, width), the server writes the number into the
+    /// line there first, right-aligned.
+    pub fn append(
+        name: &str,
+        line: &[u8],
+        number_at: Option<(u32, u32)>,
+    ) -> Result<u64, JournalError> {
+        wit_journal::append(name, line, number_at)
+    }
+
+    /// Records and bytes it holds.
+    pub fn size(name: &str) -> Result<(u64, u64), JournalError> {
+        wit_journal::size(name)
+    }
+
+    /// Append `len` bytes of it from `offset` to the body (sent with sendfile).
+    pub fn send(name: &str, offset: u64, len: u64) -> Result<(), JournalError> {
+        wit_journal::send(name, offset, len)
+    }
+
+    /// Empty it, durably.
+    pub fn clear(name: &str) -> Result<(), JournalError> {
+        wit_journal::clear(name)
     }
 }
 

@@ -75,7 +75,7 @@ fn verify_without_a_file_set_says_so() {
 }
 
 /// A file set for 10 connections (25 directories), made once for the client tests.
-fn shared_file_set() -> &'static std::path::Path {
+pub(crate) fn shared_file_set() -> &'static std::path::Path {
     static SET: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
     SET.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
@@ -131,7 +131,7 @@ fn integrations() -> std::path::PathBuf {
         .unwrap()
 }
 
-fn run_client(server: &Server, args: &[&str]) -> serde_json::Value {
+pub(crate) fn run_client(server: &Server, args: &[&str]) -> serde_json::Value {
     let (ok, json, err) = run_client_status(server, args);
     assert!(ok, "{err}");
     json
@@ -297,7 +297,7 @@ fn a_url_root_prefixes_static_paths_and_not_dynamic_queries() {
 
 /// One request on a new connection: status, the Set-Cookie value, and the body with the
 /// SCRIPT_NAME line (the one line that differs by design) taken out.
-fn ask(s: &Server, head: &str, body: &str) -> (u16, Option<String>, Vec<u8>) {
+pub(crate) fn ask(s: &Server, head: &str, body: &str) -> (u16, Option<String>, Vec<u8>) {
     let mut c = s.client();
     c.send(
         format!(

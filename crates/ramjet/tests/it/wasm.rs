@@ -467,3 +467,155 @@ fn without_room_for_the_pool_instances_are_mapped_on_demand_and_without_any_503(
     assert_eq!(r.status, 503);
     assert_eq!(r.header("retry-after").as_deref(), Some("1"));
 }
+
+/// The native SPECweb99 module on `/specweb99` and the WebAssembly one
+/// (`wasm/specweb99`) on `/wasm99`, over the same file set, each with its own post log;
+/// two workers, so the journal's numbering is shared across them.
+fn specweb_pair() -> Server {
+    let set = crate::specweb::shared_file_set().display().to_string();
+    let dir = Server::dir();
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    Server::start(
+        crate::BIN,
+        dir,
+        &format!(
+            "workers = 2\n[[location]]\nroot = {set:?}\n\
+             [[location]]\npath = \"/specweb99\"\nmodule = \"specweb99\"\n[location.module_config]\n\
+             root = {set:?}\ndata_dir = \"{{dir}}/data\"\n\
+             [[location]]\npath = \"/wasm99\"\nmodule = \"wasm\"\n[location.module_config]\n\
+             component = {:?}\nfiles = {{ set = {set:?} }}\n\
+             journals = {{ posts = \"{{dir}}/posts\" }}\nvars = {{ server_software = \"ramjet\" }}\n",
+            component("specweb99"),
+        ),
+    )
+}
+
+/// The WebAssembly SPECweb99 module answers every kind of request byte for byte as the
+/// native one does (but the script name): standard GETs of each class, CADs for known,
+/// unknown and edge users, POSTs, objects outside the set, commands; and both post logs
+/// hold the same records.
+#[test]
+fn the_specweb99_component_answers_as_the_native_module() {
+    use crate::specweb::ask;
+    use ramjet_specweb::fileset::file_name;
+    use ramjet_specweb::postlog;
+
+    let s = specweb_pair();
+    let (native, wasm) = ("/specweb99", "/wasm99");
+    // Before any Reset, a CAD finds no tables in either.
+    let early = "GET {}?/file_set/dir00001/class1_1 HTTP/1.1\r\nCookie: my_cookie=user_id=10003&last_ad=5\r\n";
+    let (m, w) = (
+        ask(&s, &early.replace("{}", native), ""),
+        ask(&s, &early.replace("{}", wasm), ""),
+    );
+    assert_eq!((m.0, &m.1), (w.0, &w.1));
+    let reset = "?command/Reset&maxload=40&pttime=100&maxthread=30&exp=5,105&urlroot=/file_set/";
+    for script in [native, wasm] {
+        let (status, _, _) = ask(&s, &format!("GET {script}{reset} HTTP/1.1\r\n"), "");
+        assert_eq!(status, 200, "{script}");
+    }
+    let mut heads = Vec::new();
+    for (d, c, n) in [(0, 0, 0), (3, 1, 4), (7, 2, 8), (24, 3, 1)] {
+        let q = format!("/{}", file_name(d, c, n));
+        heads.push((format!("GET {{}}?{q} HTTP/1.1\r\n"), String::new()));
+        for (user, last) in [(10000, 0), (10007, 359), (10039, 17), (10040, 3), (9999, 1)] {
+            heads.push((
+                format!(
+                    "GET {{}}?{q} HTTP/1.1\r\nCookie: a=b; my_cookie=user_id={user}&last_ad={last}\r\n"
+                ),
+                String::new(),
+            ));
+        }
+        heads.push((
+            "POST {} HTTP/1.1\r\nCookie: my_cookie=user_id=10012&last_ad=3\r\n".to_string(),
+            format!("num={n}&client=4&urlroot=%2Ffile_set%2F&class={c}&dir={d:05}"),
+        ));
+    }
+    for (head, body) in [
+        ("GET {}?/file_set/dir99999/class0_0 HTTP/1.1\r\n", ""),
+        ("GET {}?/etc/passwd HTTP/1.1\r\n", ""),
+        ("GET {}?command/Finish HTTP/1.1\r\n", ""),
+        ("GET {}?command/Nope HTTP/1.1\r\n", ""),
+        ("POST {} HTTP/1.1\r\n", "dir=1"),
+        (
+            "POST {} HTTP/1.1\r\n",
+            "num=1&client=4&urlroot=/x/&class=1&dir=00001",
+        ),
+        ("DELETE {} HTTP/1.1\r\n", ""),
+    ] {
+        heads.push((head.to_string(), body.to_string()));
+    }
+    for (head, body) in &heads {
+        let m = ask(&s, &head.replace("{}", native), body);
+        let w = ask(&s, &head.replace("{}", wasm), body);
+        assert_eq!(m.0, w.0, "{head}");
+        if m.0 == 200 {
+            assert_eq!(m.1, w.1, "{head}");
+            assert!(m.2 == w.2, "{head}: bodies differ");
+        }
+    }
+    // HEAD: the same head, no body (the length differs by the script names' lengths).
+    let q = format!("/{}", file_name(3, 1, 4));
+    let head = |script: &str| {
+        let mut c = s.client();
+        c.send(format!("HEAD {script}?{q} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        let r = c.response(true);
+        assert!(r.body.is_empty());
+        let len: usize = r.header("content-length").unwrap().parse().unwrap();
+        (r.status, len - script.len())
+    };
+    assert_eq!(head(native), head(wasm));
+    let fetch = |script: &str| {
+        let (status, _, body) = ask(&s, &format!("GET {script}?command/Fetch HTTP/1.1\r\n"), "");
+        assert_eq!(status, 200);
+        let text = String::from_utf8(body).unwrap();
+        let pre = text
+            .split("<pre>\n")
+            .nth(1)
+            .unwrap()
+            .split("\n</pre>")
+            .next()
+            .unwrap();
+        let mut lines = pre.lines();
+        let count = lines.next().unwrap().trim().to_string();
+        let recs: Vec<_> = lines
+            .map(|l| {
+                let p = postlog::parse_record(l.as_bytes()).unwrap();
+                (
+                    p.recno, p.dir, p.class, p.num, p.client, p.filename, p.user_id,
+                )
+            })
+            .collect();
+        (count, recs)
+    };
+    let (m, w) = (fetch(native), fetch(wasm));
+    assert_eq!(w.0, "4");
+    assert_eq!(m, w);
+    // The records are on disk, numbered from 1, in the journal.
+    let journal = std::fs::read_to_string(s.path("posts")).unwrap();
+    let numbers: Vec<u64> = journal
+        .lines()
+        .map(|l| postlog::parse_record(l.as_bytes()).unwrap().recno)
+        .collect();
+    assert_eq!(numbers, [1, 2, 3, 4]);
+    // A Reset empties it.
+    let (status, _, _) = ask(&s, &format!("GET {wasm}{reset} HTTP/1.1\r\n"), "");
+    assert_eq!(status, 200);
+    assert_eq!(fetch(wasm).0, "0");
+    assert!(std::fs::read(s.path("posts")).unwrap().is_empty());
+}
+
+/// `ramjet specweb run` gives a valid run against the WebAssembly module, every POST in
+/// its post log.
+#[test]
+fn the_specweb_client_gives_a_valid_run_against_the_component() {
+    let s = specweb_pair();
+    let r = crate::specweb::run_client(&s, &["-c", "4", "--run", "6s", "--dynamic", "/wasm99"]);
+    let m = &r["median"];
+    assert_eq!(r["valid"], true, "{:#}", m);
+    for row in m["ops_by_type"].as_array().unwrap() {
+        assert_eq!(row["errors"], 0, "{:#}", m);
+    }
+    assert_eq!(m["posts_sent"], m["post_log_records"]);
+    assert!(m["posts_sent"].as_u64().unwrap() > 0, "{:#}", m);
+}
