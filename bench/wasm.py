@@ -13,7 +13,10 @@ The load is `ramjet bench -c C -d D` on CPU 1 against each path in turn, the ord
 each round; median of the rounds. Rows: requests/s, requests per server CPU-second, p99. Two more rows give each module a
 reply with more work of its own (lines of text around a 21.5 KB file range sent by
 sendfile: the native example with its `file` option, the component's `/file/` path) and
-compare them with each other.
+compare them with each other. Then SPECweb99's dynamic GET and CAD (specweb99.md §3) from
+the native module, the component built from the same source (`wasm/specweb99`) and, for
+the GET, the kit's logic as Perl CGI (integrations/specweb99), over a file set for 10
+connections, after one Reset each.
 
 Then the isolation row: the p99 of static 4 KB requests (-c 10) alone, and again while a
 client keeps the hostile module looping (`wasm/misbehave` /loop, a 1 s CPU budget each
@@ -38,12 +41,21 @@ import procstat  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 18731
+SPECWEB_OBJECT = "/file_set/dir00001/class1_3"
 WORK = Path("/tmp/ramjet-bench/wasm")
 PATHS = {"native": "/n/x?y=1", "wasm": "/w/x?y=1", "wasm-fresh": "/wf/x?y=1",
          "cgi": "/cgi/greet?y=1",
          # A reply whose own work is larger: generated lines around a 21.5 KB file range
          # (SPECweb99's median class), sent by sendfile.
-         "native-file": "/nf/x", "wasm-file": "/w/file/21k.bin"}
+         "native-file": "/nf/x", "wasm-file": "/w/file/21k.bin",
+         # SPECweb99's dynamic GET (a class 1 file, 10.2 KB, framed) and its CAD (the ad
+         # chosen for the cookie's user and substituted into the file's tags): the native
+         # module, the component built from the same source, and the kit's Perl CGI.
+         "native-specweb": "/s99n?" + SPECWEB_OBJECT, "wasm-specweb": "/s99w?" + SPECWEB_OBJECT,
+         "cgi-specweb": "/cgi-bin/specweb99-dynamic.pl?" + SPECWEB_OBJECT,
+         "native-cad": "/s99n?" + SPECWEB_OBJECT, "wasm-cad": "/s99w?" + SPECWEB_OBJECT}
+CAD_COOKIE = "Cookie: my_cookie=user_id=10003&last_ad=5"
+SPECWEB_RESET = "?command/Reset&maxload=10&pttime=300&maxthread=10&exp=5,105&urlroot=/file_set/"
 
 
 def build_guests():
@@ -59,7 +71,18 @@ def build_cgi():
     return cgi
 
 
-def config(guests, cgi):
+def specweb_set(binary):
+    """A SPECweb99 file set for 10 connections, made once."""
+    www = WORK / "specweb"
+    if not (www / "file_set").is_dir():
+        subprocess.run([binary, "specweb", "fileset", "-c", "10", str(www)], check=True,
+                       stdout=subprocess.DEVNULL)
+    for d in ("data", "cgi-data"):
+        (WORK / d).mkdir(parents=True, exist_ok=True)
+    return www
+
+
+def config(guests, cgi, specweb):
     www = WORK / "www"
     www.mkdir(parents=True, exist_ok=True)
     (www / "4k.bin").write_bytes(os.urandom(4096))
@@ -102,16 +125,39 @@ cpu = "1s"
 [[location]]
 path = "/cgi/"
 cgi_root = "{cgi}"
+[[location]]
+path = "/s99n"
+module = "specweb99"
+[location.module_config]
+root = "{specweb}"
+data_dir = "{WORK}/data"
+[[location]]
+path = "/s99w"
+module = "wasm"
+[location.module_config]
+component = "{guests}/specweb99.wasm"
+files = {{ set = "{specweb}" }}
+journals = {{ posts = "{WORK}/data/posts" }}
+[[location]]
+path = "/cgi-bin/"
+cgi_root = "{ROOT}/integrations/specweb99"
+cgi_env = {{ SPECWEB_ROOT = "{specweb}", SPECWEB_DATA = "{WORK}/cgi-data", SPECWEB_SERVER = "ramjet" }}
 """
 
 
-def bench(binary, url, conns, duration):
+def bench(binary, url, conns, duration, headers=()):
     cmd = ["taskset", "-c", "1", binary, "bench", "--json", "--no-progress", "-c", str(conns),
            "-d", duration, url]
+    for h in headers:
+        cmd += ["-H", h]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if out.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)}: {out.stdout}{out.stderr}")
     return json.loads(out.stdout[out.stdout.index("{"):])
+
+
+def headers_of(name):
+    return [CAD_COOKIE] if name.endswith("-cad") else []
 
 
 def p99_ms(report):
@@ -142,7 +188,8 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     WORK.mkdir(parents=True, exist_ok=True)
     guests, cgi = build_guests(), build_cgi()
-    (WORK / "ramjet.toml").write_text(config(guests, cgi))
+    specweb = specweb_set(args.binary)
+    (WORK / "ramjet.toml").write_text(config(guests, cgi, specweb))
     group = procstat.Group("wasm")
     env = dict(os.environ, RAMJET_WASM_CACHE=str(WORK / "cache"))
     log = open(WORK / "ramjet.log", "w")
@@ -153,13 +200,16 @@ def main():
     try:
         procstat.wait_port(PORT, proc)
         base = f"http://127.0.0.1:{PORT}"
+        for reset in ("/s99n", "/s99w", "/cgi-bin/specweb99-dynamic.pl"):
+            bench(args.binary, base + reset + SPECWEB_RESET, 1, "1s")
         for name, path in PATHS.items():  # warm: compiled code, file cache, CGI binary
-            bench(args.binary, base + path, 4, "1s")
+            bench(args.binary, base + path, 4, "1s", headers_of(name))
         order = list(PATHS)
         for r in range(args.rounds):
             for name in order[r % len(order):] + order[:r % len(order)]:
                 c0, (u0, s0) = group.cpu(), group.user_sys()
-                rep = bench(args.binary, base + PATHS[name], args.connections, args.duration)
+                rep = bench(args.binary, base + PATHS[name], args.connections, args.duration,
+                            headers_of(name))
                 used, (u1, s1) = group.cpu() - c0, group.user_sys()
                 done, rps = rep["responses"], rep["requests_per_sec"]
                 runs[name].append({"rps": rps, "per_cpu": done / used, "cpu_s": used,
@@ -207,10 +257,17 @@ def main():
             ("WebAssembly, a fresh instance per request", "wasm-fresh"),
             ("CGI (C program)", "cgi"),
             ("native module, text around a 21.5 KB file range", "native-file"),
-            ("WebAssembly module, text around a 21.5 KB file range", "wasm-file"))
+            ("WebAssembly module, text around a 21.5 KB file range", "wasm-file"),
+            ("SPECweb99 dynamic GET: native module", "native-specweb"),
+            ("SPECweb99 dynamic GET: WebAssembly module (wasm/specweb99)", "wasm-specweb"),
+            ("SPECweb99 dynamic GET: the kit's logic as Perl CGI", "cgi-specweb"),
+            ("SPECweb99 CAD (ad chosen and substituted): native module", "native-cad"),
+            ("SPECweb99 CAD: WebAssembly module", "wasm-cad"))
     for name, key in rows:
         m = med[key]
-        base = med["native-file"] if key.endswith("-file") else n
+        base = {"-file": med["native-file"], "specweb": med["native-specweb"],
+                "-cad": med["native-cad"]}
+        base = next((v for k, v in base.items() if key.endswith(k)), n)
         lines.append(f"| {name} | {m['rps']:,.0f} | {m['per_cpu']:,.0f} | {m['p99_ms']:.2f} | "
                      f"{m['per_cpu'] / base['per_cpu']:.2f}x | {m['user_us']:.1f} | "
                      f"{m['sys_us']:.1f} |")

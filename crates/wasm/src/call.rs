@@ -109,8 +109,7 @@ fn run(m: &Arc<Mounted>, idle: Option<Instance>, shared: Shared, req: Copied) ->
 /// A call ended well: keep its instance for the next request, if instances are reused and
 /// it has room.
 fn recycle(m: &Mounted, idle: &Idle, inst: Option<Instance>) {
-    let Some(mut inst) = inst else { return };
-    inst.store.data_mut().end();
+    let Some(inst) = inst else { return };
     let mut idle = idle.borrow_mut();
     if m.reuse && idle.len() < IDLE_MAX && inst.store.data().stderr_len() < STDERR_RECYCLE {
         idle.push(inst);

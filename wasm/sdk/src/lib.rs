@@ -123,8 +123,9 @@ pub fn cookie(name: &str) -> Option<String> {
             .find(|(n, _)| *n == name)
             .map(|(_, v)| v.to_string())
     };
-    // The common case, one field, without copying every header.
-    if let Some(found) = header("cookie").as_deref().and_then(find) {
+    // The common cases, none or one field, without copying every header.
+    let first = header("cookie")?;
+    if let Some(found) = find(&first) {
         return Some(found);
     }
     headers()

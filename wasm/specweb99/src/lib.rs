@@ -32,7 +32,7 @@ use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ramjet_module::{
-    answer, cookie, files, journal, respond, store, var, write, Handler, Request, WholeBody,
+    answer, cookie, files, journal, store, var, write, Handler, Request, WholeBody,
 };
 use ramjet_specweb::frame;
 use ramjet_specweb::postlog::{self, Post};
@@ -118,7 +118,6 @@ fn begin(req: &Request, cookie: Option<&str>) {
     if let Some(c) = cookie {
         fields.push(("set-cookie", c.as_bytes()));
     }
-    respond(200, &fields);
     let remote = req
         .client
         .parse::<SocketAddr>()
@@ -126,7 +125,8 @@ fn begin(req: &Request, cookie: Option<&str>) {
     let script = String::from_utf8_lossy(&req.path);
     let head =
         SERVER.with(|s| frame::head(s, &remote, &script, req.query.as_deref().unwrap_or("")));
-    write(head.as_bytes());
+    // The head and the frame's first bytes in one call.
+    answer(200, &fields, head.as_bytes());
 }
 
 fn end() {

@@ -162,6 +162,24 @@ fn a_module_streams_and_sends_granted_files_zero_copy() {
         assert!(body == want, "{name}: {} bytes", body.len());
     }
     assert_eq!(s.get("/w/file/nope").status, 404);
+    // An instance keeps the files it sent open for a second: a file replaced in the tree
+    // (a new inode) is sent anew within that, as the static handler's cache does.
+    let path = s.dir.path().join("root/f1.bin");
+    let tmp = s.dir.path().join("root/f1.new");
+    std::fs::write(&tmp, b"replaced").unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let body = s.get("/w/file/f1.bin").body;
+        if body.windows(8).any(|w| w == b"replaced") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replaced file was never sent"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     // Streamed: chunked to HTTP/1.1, closed for HTTP/1.0, whole over h2c.
     let mut c = s.client();
