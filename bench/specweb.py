@@ -6,6 +6,9 @@ client, same file set, same machine, one run.
 Servers (`--servers`, default ramjet):
   ramjet  one worker: static files, the dynamic share in-process (`module = "specweb99"`),
           the CGI share through integrations/specweb99/specweb99-cgi.pl.
+  ramjet-wasm  the same, the dynamic share from the WebAssembly component instead
+          (`wasm/specweb99`, `module = "wasm"`, its post log a granted journal); with it in
+          the list every ramjet runs the build with `--features wasm`.
   nginx   one worker serving the static share, forwarding the dynamic and CGI shares to a
           ramjet instance (one worker) running the module and the CGI (pooled upstream
           connections, replies buffered in memory).
@@ -43,6 +46,7 @@ RAMJET = ROOT / "target/release/ramjet"
 PORT = 18820
 BACKEND_PORT = 18821
 CGI_DIR = ROOT / "integrations/specweb99"
+GUESTS = ROOT / "wasm/target/wasm32-wasip2/release"
 
 
 def mem_total_gib():
@@ -61,23 +65,30 @@ def many_files():
         pass
 
 
-def ramjet_conf(work, port, name):
+def ramjet_conf(work, port, name, wasm=False):
     www, data = work / "www", work / "data"
     conf = work / f"{name}.toml"
+    if wasm:
+        # The same workload from the WebAssembly component built from the native module's
+        # source, mounted in its place.
+        module = (f'[[location]]\npath = "/specweb99"\nmodule = "wasm"\n'
+                  f'[location.module_config]\ncomponent = "{GUESTS}/specweb99.wasm"\n'
+                  f'files = {{ set = "{www}" }}\njournals = {{ posts = "{data}/posts" }}\n')
+    else:
+        module = (f'[[location]]\npath = "/specweb99"\nmodule = "specweb99"\n'
+                  f'[location.module_config]\nroot = "{www}"\ndata_dir = "{data}"\n')
     conf.write_text(
         f'listen = ["127.0.0.1:{port}"]\nworkers = 1\n[log]\naccess = "off"\n'
         f'[limits]\nmax_connections = 100000\n'
-        f'[[location]]\nroot = "{www}"\n'
-        f'[[location]]\npath = "/specweb99"\nmodule = "specweb99"\n'
-        f'[location.module_config]\nroot = "{www}"\ndata_dir = "{data}"\n'
+        f'[[location]]\nroot = "{www}"\n' + module +
         f'[[location]]\npath = "/cgi-bin/"\ncgi_root = "{CGI_DIR}"\n'
         f'cgi_env = {{ SPECWEB_ROOT = "{www}" }}\n')
     return conf
 
 
-def start_ramjet(work, port, name):
+def start_ramjet(work, port, name, wasm=False):
     proc = subprocess.Popen(["taskset", "-c", "0", str(RAMJET), "serve", "--config",
-                             str(ramjet_conf(work, port, name))], stderr=subprocess.DEVNULL,
+                             str(ramjet_conf(work, port, name, wasm))], stderr=subprocess.DEVNULL,
                             preexec_fn=many_files)
     wait_port(port, proc)
     return proc
@@ -157,6 +168,7 @@ def start_apache(work):
 
 SERVERS = {
     "ramjet": (lambda w: [start_ramjet(w, PORT, "ramjet")], "/specweb99"),
+    "ramjet-wasm": (lambda w: [start_ramjet(w, PORT, "ramjet-wasm", wasm=True)], "/specweb99"),
     "nginx": (start_nginx, "/specweb99"),
     "apache": (start_apache, "/cgi-bin/specweb99-dynamic.pl"),
 }
@@ -219,7 +231,8 @@ def report(runs, args, dirs, set_gib):
              "|---|---|---:|---:|---|---:|---:|---:|---:|"]
     failed = [r for r in runs if "error" in r]
     runs = [r for r in runs if "error" not in r]
-    best_peer = max((r["result"]["conforming"] for r in runs if r["name"] != "ramjet"), default=0)
+    best_peer = max((r["result"]["conforming"] for r in runs
+                     if not r["name"].startswith("ramjet")), default=0)
     for r in failed:
         lines.append(f"| {r['name']} | {r['range']} | no result: see below | | | | | | |")
     for r in runs:
@@ -232,9 +245,17 @@ def report(runs, args, dirs, set_gib):
         lines += ["", f"ramjet / best peer, conforming connections: "
                   f"{ramjet['result']['conforming'] / best_peer:.2f}x"]
         for r in runs:
-            if r["name"] != "ramjet":
+            if not r["name"].startswith("ramjet"):
                 lines.append(f"- {r['name']}: server µs per op {r['us_per_op']:.0f} vs ramjet "
                              f"{ramjet['us_per_op']:.0f} ({r['us_per_op'] / ramjet['us_per_op']:.2f}x)")
+    wasm = next((r for r in runs if r["name"] == "ramjet-wasm"), None)
+    if ramjet and wasm:
+        w, n = wasm["result"]["median"], ramjet["result"]["median"]
+        lines += ["", "WebAssembly module / native module: conforming connections "
+                  f"{wasm['result']['conforming'] / max(ramjet['result']['conforming'], 1):.2f}x, "
+                  f"ops/s {w['ops_per_sec'] / max(n['ops_per_sec'], 1):.2f}x, server µs per op "
+                  f"{wasm['us_per_op']:.0f} vs {ramjet['us_per_op']:.0f} "
+                  f"({ramjet['us_per_op'] / wasm['us_per_op']:.2f}x the native's ops per CPU-second)"]
     for r in runs:
         res, m = r["result"], r["result"]["median"]
         lines += ["", f"## {r['name']}", "", f"Search and runs took {r['elapsed']:.0f} s. Search probes:", "",
@@ -283,8 +304,12 @@ def main():
         if s not in SERVERS or s not in ranges:
             raise SystemExit(f"unknown server or no range for it: {s}")
     hi = args.fileset or max(int(ranges[s].split(":")[1 if ":" in ranges[s] else 0]) for s in servers)
-    subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "ramjet", "--bin", "ramjet"],
-                   cwd=ROOT, check=True)
+    # With the WebAssembly host when a server needs it (then every server runs that build).
+    wasm = ["--features", "wasm"] if "ramjet-wasm" in servers else []
+    subprocess.run(["cargo", "build", "--release", "--quiet", "-p", "ramjet", "--bin", "ramjet"]
+                   + wasm, cwd=ROOT, check=True)
+    if wasm:
+        subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT / "wasm", check=True)
     work = Path(args.work)
     (work / "data").mkdir(parents=True, exist_ok=True)
     www = work / "www"

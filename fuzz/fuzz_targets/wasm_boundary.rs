@@ -4,7 +4,10 @@
 //! no CR, LF or NUL and each is `name: value`; the status is 100..=999; a file range the
 //! host accepts lies inside the file; the parts handed to the connection add up to what
 //! was queued, none empty and none over its limit; paths a module names never leave the
-//! tree (no `..`, `.`, empty or hidden component reaches the open).
+//! tree (no `..`, `.`, empty or hidden component reaches the open); a journal record the
+//! host accepts is one line, and its number, written where the module asked, changes
+//! nothing else in it; a request to an upstream that the host accepts is one request line,
+//! field lines, the host's own `Host` and framing, and the body, nothing smuggled between.
 #![no_main]
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -15,6 +18,8 @@ use libfuzzer_sys::fuzz_target;
 use ramjet_modules::Piece;
 use ramjet_wasm::exchange::{file_range, BodyFailure, BodyTurn, Exchange, JOINED_MAX};
 use ramjet_wasm::grants::Grants;
+use ramjet_wasm::journal;
+use ramjet_wasm::upstream::{self, Upstream};
 
 fn null() -> Arc<File> {
     static F: OnceLock<Arc<File>> = OnceLock::new();
@@ -29,6 +34,11 @@ fn grants() -> &'static Grants {
         trees.insert("www".to_string(), File::open("/").unwrap());
         Grants::new("fuzz".into(), trees, BTreeMap::new())
     })
+}
+
+fn upstream_grant() -> &'static Upstream {
+    static U: OnceLock<Upstream> = OnceLock::new();
+    U.get_or_init(|| upstream::parse("http://127.0.0.1:9", std::time::Duration::from_secs(1)).unwrap())
 }
 
 /// Reads numbers and slices off the input.
@@ -74,7 +84,7 @@ fuzz_target!(|data: &[u8]| {
     let mut handed = 0u64;
     let mut accepted = 0u64;
     while let Some(op) = input.byte() {
-        match op % 9 {
+        match op % 11 {
             0 => {
                 let status = input.u64().unwrap_or(0) as u16;
                 let mut fields = Vec::new();
@@ -149,6 +159,55 @@ fuzz_target!(|data: &[u8]| {
                     for part in rel.split(|&b| b == b'/') {
                         assert!(!part.is_empty() && part[0] != b'.' && !part.contains(&0));
                     }
+                }
+            }
+            8 => {
+                let record = input.bytes().unwrap_or_default().to_vec();
+                let at = input
+                    .u64()
+                    .filter(|_| input.byte().unwrap_or(0) % 2 == 0)
+                    .map(|v| (v as u32, (v >> 32) as u32 % 24));
+                let n = input.u64().unwrap_or(1);
+                if let Ok(out) = journal::stamped(record.clone(), at, n) {
+                    assert_eq!(out.len(), record.len());
+                    assert_eq!(out.iter().position(|&b| b == b'\n'), Some(out.len() - 1));
+                    let (from, to) = at.map_or((0, 0), |(a, w)| (a as usize, (a + w) as usize));
+                    assert_eq!(out[..from], record[..from]);
+                    assert_eq!(out[to..], record[to..]);
+                    if to > from {
+                        let field = std::str::from_utf8(&out[from..to]).unwrap();
+                        assert_eq!(field.trim_start().parse::<u64>().ok(), Some(n));
+                    }
+                }
+            }
+            9 => {
+                let text = |i: &mut Input| String::from_utf8_lossy(i.bytes().unwrap_or_default()).into_owned();
+                let (method, path) = (text(&mut input), text(&mut input));
+                let mut fields = Vec::new();
+                while input.byte().unwrap_or(0) % 2 == 1 {
+                    fields.push((text(&mut input), input.bytes().unwrap_or_default().to_vec()));
+                }
+                let body = input.bytes().unwrap_or_default();
+                if let Ok(req) = upstream::request_bytes(upstream_grant(), &method, &path, &fields, body) {
+                    let end = req.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                    assert_eq!(&req[end..], body);
+                    let head = &req[..end - 2];
+                    let lines: Vec<&[u8]> = head.split(|&b| b == b'\n').filter(|l| !l.is_empty()).collect();
+                    for l in &lines {
+                        let l = l.strip_suffix(b"\r").expect("CRLF line ends");
+                        assert!(!l.contains(&b'\r') && !l.contains(&0));
+                    }
+                    assert_eq!(lines[0].iter().filter(|&&b| b == b' ').count(), 2);
+                    let count = |name: &[u8]| {
+                        lines[1..]
+                            .iter()
+                            .filter(|l| l.len() > name.len() && l[..name.len()].eq_ignore_ascii_case(name))
+                            .count()
+                    };
+                    assert_eq!(count(b"host:"), 1);
+                    assert_eq!(count(b"connection:"), 1);
+                    assert_eq!(count(b"transfer-encoding:"), 0);
+                    assert!(count(b"content-length:") <= 1);
                 }
             }
             _ => {

@@ -16,6 +16,7 @@ wasmtime::component::bindgen!({
         "ramjet:module/journal.append": async,
         "ramjet:module/journal.send": async,
         "ramjet:module/journal.clear": async,
+        "ramjet:module/upstream.request": async,
     },
     exports: { default: async },
     // The request handed to `handle` borrows the connection's buffer: nothing is copied

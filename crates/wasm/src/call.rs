@@ -21,6 +21,7 @@ use wasmtime::{Store, Trap, UpdateDeadline};
 
 use crate::bindings::ramjet::module::http::Request as WasmRequest;
 use crate::bindings::{Module, ModulePre};
+use crate::engine;
 use crate::exchange::{BodyFailure, Cause, Headers, Shared};
 use crate::grants::Grants;
 use crate::host::{State, STDERR_KEPT};
@@ -37,6 +38,32 @@ pub struct Mounted {
     pub cpu: Duration,
     /// Instances serve request after request on their worker (else one per request).
     pub reuse: bool,
+    /// Requests refused for want of an instance, logged once a second.
+    pub overload: Overload,
+}
+
+/// Requests answered 503 for want of an instance since the last log line about them.
+#[derive(Default)]
+pub struct Overload {
+    /// Seconds since this mount started when the last line was logged, and the count since.
+    state: std::sync::Mutex<(u64, u64)>,
+    started: std::sync::OnceLock<Instant>,
+}
+
+impl Overload {
+    /// Count one more; `Some(count)` when a line is due (the first, then at most one a
+    /// second).
+    fn note(&self) -> Option<u64> {
+        let now = self.started.get_or_init(Instant::now).elapsed().as_secs() + 1;
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.1 += 1;
+        if s.0 == now {
+            return None;
+        }
+        let count = s.1;
+        *s = (now, 0);
+        Some(count)
+    }
 }
 
 /// Instances kept ready per worker and mount, when they are reused.
@@ -49,6 +76,8 @@ const STDERR_RECYCLE: usize = STDERR_KEPT / 2;
 pub struct Instance {
     store: Store<State>,
     module: Module,
+    /// Its place among the process's live instances.
+    _room: engine::Room,
 }
 
 /// A worker's idle instances of one mount.
@@ -57,6 +86,13 @@ pub type Idle = Rc<RefCell<Vec<Instance>>>;
 impl Instance {
     /// A fresh instance from the engine's pool.
     async fn new(m: &Mounted, shared: Shared) -> wasmtime::Result<Instance> {
+        let Some(room) = engine::admit().await else {
+            wasmtime::bail!(
+                "all {} instances stayed busy for {} s",
+                engine::instances(),
+                engine::ADMIT_WAIT.as_secs()
+            );
+        };
         let state = State::new(m.grants.clone(), shared, m.memory);
         let mut store = Store::new(m.pre.instance_pre().engine(), state);
         store.limiter(|s| s);
@@ -78,7 +114,11 @@ impl Instance {
         });
         store.set_epoch_deadline(1);
         let module = m.pre.instantiate_async(&mut store).await?;
-        Ok(Instance { store, module })
+        Ok(Instance {
+            store,
+            module,
+            _room: room,
+        })
     }
 }
 
@@ -270,8 +310,13 @@ fn failed(m: &Mounted, shared: &Shared, e: &wasmtime::Error, inst: Option<&Insta
     let module_at_fault = e.downcast_ref::<Trap>().is_some() || shared.lock().cause.is_some();
     if inst.is_none() && !module_at_fault {
         // No instance could be made (the pool is exhausted, or memory is): the server is
-        // overloaded, not the module at fault.
-        tracing::warn!("{}: no instance could be made: {e:#}", m.grants.name);
+        // overloaded, not the module at fault. One line a second at most, with the count.
+        if let Some(refused) = m.overload.note() {
+            tracing::warn!(
+                "{}: no instance could be made: {e:#} ({refused} requests answered 503)",
+                m.grants.name
+            );
+        }
         return Reply::text(503, "503 Service Unavailable: the module has no room now\n")
             .header("Retry-After", "1");
     }

@@ -4,7 +4,7 @@
 //! yields to the event loop and its CPU time is counted.
 
 use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use wasmtime::{
@@ -18,8 +18,57 @@ use crate::options::MAX_MEMORY;
 /// connections at least this often, and its CPU budget is counted in these.
 pub const TICK: Duration = Duration::from_millis(2);
 
-/// Instances alive at once in the whole process (requests in progress in modules).
-const POOLED_INSTANCES: u32 = 1000;
+/// Instances alive at once in the whole process by default (requests in progress in
+/// modules, and the ones workers keep idle); `RAMJET_WASM_INSTANCES` sets it. A request
+/// past them waits for one to be let go ([`admit`]).
+pub const DEFAULT_INSTANCES: u32 = 1000;
+
+/// The instances the process may have alive at once.
+pub fn instances() -> u32 {
+    static N: OnceLock<u32> = OnceLock::new();
+    *N.get_or_init(|| {
+        let Some(v) = std::env::var_os("RAMJET_WASM_INSTANCES") else {
+            return DEFAULT_INSTANCES;
+        };
+        match v.to_str().and_then(|v| v.parse::<u32>().ok()) {
+            Some(n) if (1..=100_000).contains(&n) => n,
+            _ => {
+                note(format!(
+                    "wasm: RAMJET_WASM_INSTANCES={v:?} is not a number from 1 to 100000; \
+                     {DEFAULT_INSTANCES} instances"
+                ));
+                DEFAULT_INSTANCES
+            }
+        }
+    })
+}
+
+/// Core instances (and tables) the pool has room for per component instance: a component
+/// is several core modules (the program and the canonical ABI's shims).
+const CORE_PER_COMPONENT: u32 = 8;
+
+/// How long a request waits for room for an instance before it is answered 503.
+pub const ADMIT_WAIT: Duration = Duration::from_secs(10);
+
+/// Room for one live instance: held by the instance, given back when it is dropped.
+pub type Room = tokio::sync::OwnedSemaphorePermit;
+
+/// Room for a new instance, waiting (parked, holding nothing) while every one of
+/// [`instances`] is alive; `None` after [`ADMIT_WAIT`]. A burst of requests larger
+/// than the pool queues here instead of failing in the allocator.
+pub async fn admit() -> Option<Room> {
+    static ROOM: OnceLock<Arc<tokio::sync::Semaphore>> = OnceLock::new();
+    let room = ROOM
+        .get_or_init(|| Arc::new(tokio::sync::Semaphore::new(instances() as usize)))
+        .clone();
+    match room.clone().try_acquire_owned() {
+        Ok(r) => Some(r),
+        Err(_) => tokio::time::timeout(ADMIT_WAIT, room.acquire_owned())
+            .await
+            .ok()?
+            .ok(),
+    }
+}
 
 static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
 
@@ -93,11 +142,12 @@ fn config(pooled: bool) -> Config {
     config.async_stack_size(1 << 20);
     if pooled {
         let mut pool = PoolingAllocationConfig::default();
-        pool.total_component_instances(POOLED_INSTANCES);
-        pool.total_core_instances(POOLED_INSTANCES * 2);
-        pool.total_memories(POOLED_INSTANCES * 2);
-        pool.total_tables(POOLED_INSTANCES * 2);
-        pool.total_stacks(POOLED_INSTANCES);
+        let n = instances();
+        pool.total_component_instances(n);
+        pool.total_core_instances(n * CORE_PER_COMPONENT);
+        pool.total_memories(n * 2);
+        pool.total_tables(n * CORE_PER_COMPONENT);
+        pool.total_stacks(n);
         pool.max_memory_size(MAX_MEMORY as usize);
         // A finished instance's memory is reset for the next one in place: the pages it
         // dirtied (found with PAGEMAP_SCAN where the kernel has it, Linux 6.7+) are copied

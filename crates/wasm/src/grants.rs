@@ -1,5 +1,5 @@
 //! What a mount grants its module: named file trees (read-only, never left), journals,
-//! settings, and a key-value store shared by every worker and request of the mount.
+//! upstreams, settings, and a key-value store shared by every worker and request of the mount.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use ramjet_runtime::sys::{self, FileStat, OpenPolicy};
 
 use crate::journal::Journal;
+use crate::upstream::Upstream;
 
 /// Limits of the key-value store.
 pub const KEY_MAX: usize = 256;
@@ -23,6 +24,8 @@ pub struct Grants {
     pub vars: BTreeMap<String, String>,
     /// Journals, by name (`crate::journal`).
     pub journals: BTreeMap<String, Arc<Journal>>,
+    /// Upstreams, by name (`crate::upstream`).
+    pub upstreams: BTreeMap<String, Upstream>,
     store: Mutex<HashMap<String, Vec<u8>>>,
 }
 
@@ -46,13 +49,19 @@ impl Grants {
             trees: trees.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
             vars,
             journals: BTreeMap::new(),
+            upstreams: BTreeMap::new(),
             store: Mutex::new(HashMap::new()),
         }
     }
 
-    /// With these journals granted too.
-    pub fn with_journals(mut self, journals: BTreeMap<String, Arc<Journal>>) -> Grants {
+    /// With these journals and upstreams granted too.
+    pub fn with(
+        mut self,
+        journals: BTreeMap<String, Arc<Journal>>,
+        upstreams: BTreeMap<String, Upstream>,
+    ) -> Grants {
         self.journals = journals;
+        self.upstreams = upstreams;
         self
     }
 

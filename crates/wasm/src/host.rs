@@ -15,7 +15,7 @@ use wasmtime::{ResourceLimiter, StoreLimits};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
-use crate::bindings::ramjet::module::{files, host, http, journal};
+use crate::bindings::ramjet::module::{files, host, http, journal, upstream};
 use crate::exchange::{file_range, BodyFailure, BodyTurn, Cause, Shared};
 use crate::grants::{Grants, Refusal};
 use crate::journal::{Journal, Refused};
@@ -284,6 +284,11 @@ impl files::Host for State {
             return Err(files::FileError::InvalidRange);
         }
         let len = (len.min(READ_MAX) as u64).min(stat.size - offset) as usize;
+        // From the page cache on the event loop when it has the bytes; else from the disk on
+        // the blocking pool, the instance parked meanwhile.
+        if let Some(bytes) = ramjet_runtime::sys::read_at_cached(&file, offset, len) {
+            return Ok(bytes);
+        }
         tokio::task::spawn_blocking(move || {
             let mut buf = vec![0; len];
             let mut done = 0;
@@ -360,6 +365,39 @@ impl journal::Host for State {
             .await
             .map_err(|_| journal::JournalError::Io)?
             .map_err(|_| journal::JournalError::Io)
+    }
+}
+
+impl upstream::Host for State {
+    async fn request(
+        &mut self,
+        name: String,
+        method: String,
+        path: String,
+        headers: Vec<(String, Vec<u8>)>,
+        body: Vec<u8>,
+        max: u32,
+    ) -> Result<upstream::Response, upstream::UpstreamError> {
+        use crate::upstream::{exchange, request_bytes, Failure};
+        use upstream::UpstreamError as E;
+        let up = self.grants.upstreams.get(&name).ok_or(E::NoUpstream)?;
+        let failure = |f| match f {
+            Failure::BadRequest => E::BadRequest,
+            Failure::Unreachable => E::Unreachable,
+            Failure::Timeout => E::Timeout,
+            Failure::BadResponse => E::BadResponse,
+            Failure::TooLarge => E::TooLarge,
+        };
+        let request = request_bytes(up, &method, &path, &headers, &body).map_err(failure)?;
+        let up = up.clone();
+        let answer = exchange(&up, &method, request, u64::from(max))
+            .await
+            .map_err(failure)?;
+        Ok(upstream::Response {
+            status: answer.status,
+            headers: answer.fields,
+            body: answer.body,
+        })
     }
 }
 

@@ -79,6 +79,22 @@ fn stamp(field: &mut [u8], n: u64) -> bool {
     true
 }
 
+/// `record` with its number `n` written at `number_at` (offset, width), checked first.
+pub fn stamped(
+    mut record: Vec<u8>,
+    number_at: Option<(u32, u32)>,
+    n: u64,
+) -> Result<Vec<u8>, Refused> {
+    check(&record, number_at)?;
+    if let Some((at, width)) = number_at {
+        let field = &mut record[at as usize..at as usize + width as usize];
+        if !stamp(field, n) {
+            return Err(Refused::BadRecord);
+        }
+    }
+    Ok(record)
+}
+
 /// Check a record: one line, not too long; where its number goes, if anywhere.
 pub fn check(record: &[u8], number_at: Option<(u32, u32)>) -> Result<(), Refused> {
     let ok = !record.is_empty()

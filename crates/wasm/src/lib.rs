@@ -3,8 +3,8 @@
 //! an instance the worker kept from an earlier one or on a new one from a pooling
 //! allocator, with a memory cap and a CPU budget; a module that traps, loops or runs out
 //! of memory fails its own request (500 and one log line) and nothing else. It sees only what its location grants: named file trees (read-only, sent
-//! by the host with sendfile), journals (durable numbered records), settings, a key-value
-//! store, the log.
+//! by the host with sendfile), journals (durable numbered records), upstreams (HTTP
+//! requests by name), settings, a key-value store, the log.
 //!
 //! Without the `host` feature (on by default) only the boundary is built: what a module
 //! hands the host ([`exchange`]) and how its file requests are confined ([`grants`]), for
@@ -26,6 +26,7 @@ pub mod journal;
 mod mount;
 #[cfg(feature = "host")]
 mod options;
+pub mod upstream;
 
 #[cfg(feature = "host")]
 pub use mount::REGISTRATION;

@@ -48,13 +48,14 @@ fn start(config: &toml::Table) -> Result<Arc<dyn Module>, ModuleError> {
         .file_name()
         .map_or(shown.clone(), |n| n.to_string_lossy().into_owned());
     let grants =
-        Grants::new(format!("wasm module {file}"), o.files, o.vars).with_journals(o.journals);
+        Grants::new(format!("wasm module {file}"), o.files, o.vars).with(o.journals, o.upstreams);
     Ok(Arc::new(Wasm(Arc::new(Mounted {
         pre,
         grants: Arc::new(grants),
         memory: o.memory,
         cpu: o.cpu,
         reuse: o.reuse,
+        overload: Default::default(),
     }))))
 }
 

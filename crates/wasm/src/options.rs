@@ -11,6 +11,7 @@ use ramjet_modules::{option_error, options};
 use serde::Deserialize;
 
 use crate::journal::{self, Journal};
+use crate::upstream::{self, Upstream};
 
 /// As written.
 #[derive(Deserialize)]
@@ -25,6 +26,9 @@ struct Raw {
     vars: BTreeMap<String, String>,
     #[serde(default)]
     journals: BTreeMap<String, String>,
+    #[serde(default)]
+    upstreams: BTreeMap<String, String>,
+    upstream_timeout: Option<Seconds>,
     reuse: Option<bool>,
 }
 
@@ -32,6 +36,9 @@ struct Raw {
 pub const DEFAULT_MEMORY: u64 = 64 << 20;
 /// The default CPU time one request may use.
 pub const DEFAULT_CPU: Duration = Duration::from_secs(1);
+/// How long an upstream has for a whole exchange by default (nginx's
+/// `proxy_read_timeout` is 60 s between reads; this bounds the whole answer).
+pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest memory cap the engine's pool is sized for.
 pub const MAX_MEMORY: u64 = 4 << 30;
 
@@ -49,6 +56,8 @@ pub struct Options {
     pub vars: BTreeMap<String, String>,
     /// Granted journals, by name, open.
     pub journals: BTreeMap<String, Arc<Journal>>,
+    /// Granted upstreams, by name, resolved.
+    pub upstreams: BTreeMap<String, Upstream>,
     /// An instance serves request after request on its worker (default); false: a fresh
     /// instance per request.
     pub reuse: bool,
@@ -104,6 +113,21 @@ pub fn parse(table: &toml::Table) -> Result<Options, ModuleError> {
             .map_err(|e| option_error(&format!("journals.{name}"), format!("{path}: {e}")))?;
         journals.insert(name, j);
     }
+    let timeout = raw
+        .upstream_timeout
+        .map_or(DEFAULT_UPSTREAM_TIMEOUT, |s| s.0);
+    if timeout.is_zero() {
+        return Err(option_error(
+            "upstream_timeout",
+            "an upstream needs some time to answer (e.g. \"10s\")",
+        ));
+    }
+    let mut upstreams = BTreeMap::new();
+    for (name, url) in raw.upstreams {
+        let up = upstream::parse(&url, timeout)
+            .map_err(|e| option_error(&format!("upstreams.{name}"), e))?;
+        upstreams.insert(name, up);
+    }
     Ok(Options {
         component,
         memory,
@@ -111,6 +135,7 @@ pub fn parse(table: &toml::Table) -> Result<Options, ModuleError> {
         files,
         vars: raw.vars,
         journals,
+        upstreams,
         reuse: raw.reuse.unwrap_or(true),
     })
 }
@@ -170,6 +195,19 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(o.journals["posts"].size(), (0, 0));
+        let o = parse_str(&format!(
+            "{c}upstreams = {{ api = \"http://127.0.0.1:9000\" }}\nupstream_timeout = \"2s\""
+        ))
+        .unwrap();
+        assert_eq!(o.upstreams["api"].timeout, Duration::from_secs(2));
+        assert_eq!(
+            key(&format!("{c}upstreams = {{ api = \"https://x:1\" }}")).as_deref(),
+            Some("upstreams.api")
+        );
+        assert_eq!(
+            key(&format!("{c}upstream_timeout = 0")).as_deref(),
+            Some("upstream_timeout")
+        );
         assert_eq!(
             key(&format!("{c}journals = {{ posts = \"rel/posts\" }}")).as_deref(),
             Some("journals.posts")

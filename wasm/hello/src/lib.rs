@@ -10,13 +10,14 @@
 //! - `GET /file/PATH`: PATH from the granted tree `www`, sent by the server with sendfile
 //!   between two lines of text.
 //! - `GET /headers`: the request's header fields, one per line, and its `User-Agent`.
+//! - `GET /upstream/PATH`: `/PATH` from the granted upstream `api`, passed on.
 //! - `POST`: the body's length and first line.
 //! - anything else: 405 with `Allow`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use ramjet_module::{files, respond, store, var, write, Handler, Request, RequestExt};
+use ramjet_module::{files, respond, store, upstream, var, write, Handler, Request, RequestExt};
 
 struct Hello;
 
@@ -48,6 +49,9 @@ fn get(req: &Request) {
         .unwrap_or(&req.path);
     if let Some(path) = rel.strip_prefix(b"file/") {
         return file(&String::from_utf8_lossy(path));
+    }
+    if let Some(path) = rel.strip_prefix(b"upstream/") {
+        return relay(&String::from_utf8_lossy(path), req.query.as_deref());
     }
     if rel == b"headers" {
         respond(200, &[("content-type", TEXT)]);
@@ -117,6 +121,37 @@ fn cookie_value<'a>(cookie: &'a [u8], name: &str) -> Option<&'a str> {
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(n, _)| *n == name)
         .map(|(_, v)| v)
+}
+
+/// `GET /upstream/PATH?QUERY`: `GET /PATH?QUERY` from the granted upstream `api`, its status,
+/// `Content-Type` and body passed on; 502 naming what failed.
+fn relay(path: &str, query: Option<&str>) {
+    let target = match query {
+        Some(q) => format!("/{path}?{q}"),
+        None => format!("/{path}"),
+    };
+    let agent = ramjet_module::header("user-agent").unwrap_or_default();
+    match upstream::request(
+        "api",
+        "GET",
+        &target,
+        &[("user-agent", &agent)],
+        b"",
+        1 << 20,
+    ) {
+        Ok(r) => {
+            let kind = r
+                .headers
+                .iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+                .map_or(&b"application/octet-stream"[..], |(_, v)| v);
+            ramjet_module::answer(r.status, &[("content-type", kind)], &r.body);
+        }
+        Err(e) => {
+            let text = format!("upstream: {}\n", e.name());
+            ramjet_module::answer(502, &[("content-type", TEXT)], text.as_bytes());
+        }
+    }
 }
 
 fn file(path: &str) {

@@ -9,6 +9,8 @@
 //! - `/trap-late`: streams a line, then panics
 //! - `/count`: how many calls this instance has answered (instances are reused between
 //!   requests unless the mount says `reuse = false`; a failed call's instance is dropped)
+//! - `/hold`: streams without end in big writes, so a client that does not read holds its
+//!   instance busy while it spends next to no CPU
 //! - `/ok`: answers normally
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,6 +63,14 @@ impl Handler for Misbehave {
                 out.push_str(&format!("other tree: {:?}\n", files::size("etc", "passwd")));
                 respond(200, &[]);
                 write(out.as_bytes());
+            }
+            b"hold" => {
+                respond(200, &[]);
+                flush();
+                let piece = vec![b'x'; 1 << 20];
+                loop {
+                    write(&piece);
+                }
             }
             b"trap-late" => {
                 respond(200, &[]);

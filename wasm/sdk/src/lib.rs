@@ -33,7 +33,9 @@ pub mod bindings {
     });
 }
 
-use bindings::ramjet::module::{files as wit_files, host, http, journal as wit_journal};
+use bindings::ramjet::module::{
+    files as wit_files, host, http, journal as wit_journal, upstream as wit_upstream,
+};
 
 pub use bindings::Guest as Handler;
 pub use http::{BodyError, Request};
@@ -204,6 +206,31 @@ pub mod journal {
     /// Empty it, durably.
     pub fn clear(name: &str) -> Result<(), JournalError> {
         wit_journal::clear(name)
+    }
+}
+
+/// The upstreams the location grants (`upstreams = { NAME = "http://host:port" }`): HTTP
+/// requests by name, the whole answer back. The module holds no socket and sees no
+/// address; the server writes `Host`, the framing and `Connection`.
+pub mod upstream {
+    use super::wit_upstream;
+    pub use wit_upstream::{Response, UpstreamError};
+
+    /// Send `method path` with `headers` and `body` to the upstream `name`; its answer,
+    /// the body up to `max` bytes.
+    pub fn request(
+        name: &str,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &[u8])],
+        body: &[u8],
+        max: u32,
+    ) -> Result<Response, UpstreamError> {
+        let fields: Vec<(String, Vec<u8>)> = headers
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_vec()))
+            .collect();
+        wit_upstream::request(name, method, path, &fields, body, max)
     }
 }
 

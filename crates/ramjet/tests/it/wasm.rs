@@ -295,6 +295,52 @@ fn instances_are_reused_until_one_fails_or_the_mount_says_not_to() {
     }
 }
 
+/// With every instance the process may have busy (`RAMJET_WASM_INSTANCES=2`, two clients
+/// holding endless streamed answers they do not read), another request waits for room rather than
+/// failing, and is answered once one of them lets go.
+#[test]
+fn a_burst_past_the_instance_limit_waits_for_room_instead_of_failing() {
+    let dir = Server::dir();
+    let s = Server::start_with_env(
+        crate::BIN,
+        dir,
+        &config(""),
+        &[("RAMJET_WASM_INSTANCES", "2")],
+    );
+    let mut stalled: Vec<_> = (0..2)
+        .map(|_| {
+            let mut c = s.client();
+            c.send(b"GET /bad/hold HTTP/1.1\r\nHost: t\r\n\r\n");
+            // The head came: its instance is busy streaming, and stays so unread.
+            assert_eq!(c.response(true).status, 200);
+            c
+        })
+        .collect();
+    let mut waiting = std::net::TcpStream::connect(s.addr).unwrap();
+    std::io::Write::write_all(&mut waiting, b"GET /w/ HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    // Not answered (with a 503) while there is no room: it waits.
+    waiting
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let early = waiting.peek(&mut [0u8; 1]);
+    assert!(
+        early.as_ref().is_err_and(|e| matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )),
+        "answered while every instance was busy: {early:?}"
+    );
+    drop(stalled.pop());
+    let r = ramjet_testkit::Client::from_stream(waiting).response(false);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().starts_with("Hi, 127.0.0.1!"), "{}", r.text());
+    // And again, on the instance it left idle.
+    assert_eq!(s.get("/w/").status, 200);
+    drop(stalled);
+    // A client gone mid-answer is logged as such; nothing else.
+    s.assert_clean_log(&["misbehave.wasm"]);
+}
+
 #[test]
 fn a_module_that_loops_does_not_stall_the_worker() {
     // One worker, a module looping for its whole 3 s budget; meanwhile another client
@@ -636,4 +682,87 @@ fn the_specweb_client_gives_a_valid_run_against_the_component() {
     }
     assert_eq!(m["posts_sent"], m["post_log_records"]);
     assert!(m["posts_sent"].as_u64().unwrap() > 0, "{:#}", m);
+}
+
+/// A module's HTTP requests go only to the upstreams its location grants, by name: an
+/// answer by length or chunked comes back whole, with the host's `Host` and framing on the
+/// request whatever the module put there; a backend that is down, cuts its answer, answers
+/// with ambiguous framing, is too slow or sends too much is a named error the module turns
+/// into its own 502, and the worker carries on.
+#[test]
+fn a_module_asks_only_its_granted_upstreams_and_each_failure_is_named() {
+    use ramjet_testkit::{Backend, Flow};
+    let backend = Backend::start(|x| {
+        match x.target() {
+            "/hi?x=1" => {
+                let host = x.header("host").unwrap_or_default();
+                let agent = x.header("user-agent").unwrap_or_default();
+                x.ok(format!("hi via {host} for {agent}").as_bytes());
+            }
+            "/chunked" => x.write(
+                b"HTTP/1.1 201 Created\r\nContent-Type: text/x-test\r\nTransfer-Encoding: chunked\r\n\r\n\
+                  3\r\nabc\r\n4\r\ndefg\r\n0\r\n\r\n",
+            ),
+            "/ambiguous" => x.write(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\nabc",
+            ),
+            "/cut" => x.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc"),
+            "/big" => x.ok(&vec![b'x'; (1 << 20) + 1]),
+            "/slow" => {
+                std::thread::sleep(Duration::from_secs(3));
+                x.ok(b"late");
+            }
+            _ => x.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"),
+        }
+        Flow::Close
+    });
+    // A port nothing listens on.
+    let down = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let s = crate::server_with(
+        &[],
+        &format!(
+            "workers = 1\n\
+             [[location]]\npath = \"/w/\"\nmodule = \"wasm\"\n[location.module_config]\n\
+             component = {c:?}\nupstreams = {{ api = \"http://{}\" }}\nupstream_timeout = \"1s\"\n\
+             [[location]]\npath = \"/down/\"\nmodule = \"wasm\"\n[location.module_config]\n\
+             component = {c:?}\nupstreams = {{ api = \"{down}\" }}\n\
+             [[location]]\npath = \"/none/\"\nmodule = \"wasm\"\n[location.module_config]\n\
+             component = {c:?}\n",
+            backend.addr,
+            c = component("hello"),
+        ),
+    );
+    let mut c = s.client();
+    c.send(b"GET /w/upstream/hi?x=1 HTTP/1.1\r\nHost: t\r\nUser-Agent: probe\r\n\r\n");
+    let r = c.response(false);
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), format!("hi via {} for probe", backend.addr));
+    let r = s.get("/w/upstream/chunked");
+    assert_eq!((r.status, r.text().as_str()), (201, "abcdefg"));
+    assert_eq!(r.header("content-type").as_deref(), Some("text/x-test"));
+    assert_eq!(s.get("/w/upstream/nope").status, 404);
+    for (path, error) in [
+        ("/w/upstream/ambiguous", "bad-response"),
+        ("/w/upstream/cut", "unreachable"),
+        ("/w/upstream/big", "too-large"),
+        ("/w/upstream/slow", "timeout"),
+        ("/down/upstream/hi", "unreachable"),
+        ("/none/upstream/hi", "no-upstream"),
+    ] {
+        let r = s.get(path);
+        assert_eq!(
+            (r.status, r.text()),
+            (502, format!("upstream: {error}\n")),
+            "{path}"
+        );
+    }
+    // Every request the backend saw came from the host's own request line and fields.
+    for head in backend.heads() {
+        assert!(head.contains("\r\nConnection: close\r\n"), "{head}");
+        assert_eq!(head.matches("Host:").count(), 1, "{head}");
+    }
+    assert_eq!(s.get("/w/").status, 200);
 }

@@ -150,6 +150,25 @@ pub fn read_cached(file: &File, len: usize) -> Option<Vec<u8>> {
     Some(body)
 }
 
+/// Up to `len` bytes of `file` from `offset` (fewer where the file ends), read only from
+/// the page cache (`RWF_NOWAIT`): `None` when some of it is not cached or the filesystem
+/// cannot read without waiting. Safe to call on the event loop.
+pub fn read_at_cached(file: &File, offset: u64, len: usize) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    let mut done = 0;
+    while done < len {
+        let mut bufs = [io::IoSliceMut::new(&mut buf[done..])];
+        let flags = rustix::io::ReadWriteFlags::NOWAIT;
+        match rustix::io::preadv2(file, &mut bufs, offset + done as u64, flags) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(_) => return None,
+        }
+    }
+    buf.truncate(done);
+    Some(buf)
+}
+
 /// `lstat` of `path` beneath `dir` without following a final symlink (for the owner check).
 /// Intermediate components are resolved beneath `dir` as in [`open_beneath`].
 pub fn stat_beneath(dir: &File, path: &[u8]) -> io::Result<FileStat> {
