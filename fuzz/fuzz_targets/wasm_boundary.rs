@@ -38,7 +38,9 @@ fn grants() -> &'static Grants {
 
 fn upstream_grant() -> &'static Upstream {
     static U: OnceLock<Upstream> = OnceLock::new();
-    U.get_or_init(|| upstream::parse("http://127.0.0.1:9", std::time::Duration::from_secs(1)).unwrap())
+    U.get_or_init(|| {
+        upstream::parse("http://127.0.0.1:9", std::time::Duration::from_secs(1)).unwrap()
+    })
 }
 
 /// Reads numbers and slices off the input.
@@ -181,18 +183,25 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
             9 => {
-                let text = |i: &mut Input| String::from_utf8_lossy(i.bytes().unwrap_or_default()).into_owned();
+                let text = |i: &mut Input| {
+                    String::from_utf8_lossy(i.bytes().unwrap_or_default()).into_owned()
+                };
                 let (method, path) = (text(&mut input), text(&mut input));
                 let mut fields = Vec::new();
                 while input.byte().unwrap_or(0) % 2 == 1 {
                     fields.push((text(&mut input), input.bytes().unwrap_or_default().to_vec()));
                 }
                 let body = input.bytes().unwrap_or_default();
-                if let Ok(req) = upstream::request_bytes(upstream_grant(), &method, &path, &fields, body) {
+                if let Ok(req) =
+                    upstream::request_bytes(upstream_grant(), &method, &path, &fields, body)
+                {
                     let end = req.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
                     assert_eq!(&req[end..], body);
                     let head = &req[..end - 2];
-                    let lines: Vec<&[u8]> = head.split(|&b| b == b'\n').filter(|l| !l.is_empty()).collect();
+                    let lines: Vec<&[u8]> = head
+                        .split(|&b| b == b'\n')
+                        .filter(|l| !l.is_empty())
+                        .collect();
                     for l in &lines {
                         let l = l.strip_suffix(b"\r").expect("CRLF line ends");
                         assert!(!l.contains(&b'\r') && !l.contains(&0));
@@ -201,7 +210,9 @@ fuzz_target!(|data: &[u8]| {
                     let count = |name: &[u8]| {
                         lines[1..]
                             .iter()
-                            .filter(|l| l.len() > name.len() && l[..name.len()].eq_ignore_ascii_case(name))
+                            .filter(|l| {
+                                l.len() > name.len() && l[..name.len()].eq_ignore_ascii_case(name)
+                            })
                             .count()
                     };
                     assert_eq!(count(b"host:"), 1);
