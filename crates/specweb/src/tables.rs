@@ -53,11 +53,16 @@ fn record_key(j: u32) -> u32 {
     }
 }
 
+/// User `j`'s demographics, as `User.Personality` records them (without making the file).
+pub fn user_demographics(j: u32) -> u32 {
+    demographics(j % ADS, false)
+}
+
 /// `User.Personality` for `users` users (`max(maxload, maxthread)`): `"%5d %8X\n"` each.
 pub fn user_personality(users: u32) -> Vec<u8> {
     let mut out = Vec::with_capacity(users as usize * USER_RECORD);
     for j in 0..users {
-        out.extend_from_slice(format!("{j:5} {:8X}\n", demographics(j % ADS, false)).as_bytes());
+        out.extend_from_slice(format!("{j:5} {:8X}\n", user_demographics(j)).as_bytes());
     }
     out
 }
@@ -276,6 +281,14 @@ mod tests {
             if c != 4 && c != 5 {
                 assert_eq!(demographics(j, false), demographics(j, true));
             }
+        }
+    }
+
+    #[test]
+    fn a_users_demographics_are_its_record_in_the_file() {
+        let users = parse_users(&user_personality(1000)).unwrap();
+        for (j, d) in users.iter().enumerate() {
+            assert_eq!(*d, user_demographics(j as u32));
         }
     }
 

@@ -255,7 +255,9 @@ fn poll_guest<T>(
 ) -> Poll<T> {
     let began = Instant::now();
     shared.lock().poll_began = Some(began);
+    let ticking = engine::Running::begin();
     let polled = running.as_mut().poll(cx);
+    drop(ticking);
     let mut x = shared.lock();
     x.run_used += began.elapsed();
     x.poll_began = None;

@@ -1,9 +1,10 @@
 //! The process's one WebAssembly engine: Cranelift code compiled ahead of time and kept
 //! in an on-disk cache, instances from a pooling allocator (a request's instance costs no
-//! mapping from scratch), and an epoch clock that ticks every [`TICK`] so a running guest
-//! yields to the event loop and its CPU time is counted.
+//! mapping from scratch), and an epoch clock that ticks every [`TICK`] while a guest runs,
+//! so it yields to the event loop and its CPU time is counted.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -72,6 +73,34 @@ pub async fn admit() -> Option<Room> {
 
 static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
 
+/// Modules running on some worker thread now (the clock ticks only while one does).
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// The epoch clock's thread, to wake it.
+static CLOCK: OnceLock<std::thread::Thread> = OnceLock::new();
+
+/// A module runs on this thread until this is dropped: the epoch clock ticks meanwhile
+/// (its deadline checks and yields need it), and sleeps when none runs.
+pub struct Running(());
+
+impl Running {
+    pub fn begin() -> Running {
+        if RUNNING.fetch_add(1, Ordering::AcqRel) == 0 {
+            if let Some(clock) = CLOCK.get() {
+                // No system call unless the clock is parked.
+                clock.unpark();
+            }
+        }
+        Running(())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        RUNNING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Warnings from making the engine, which happens while the configuration loads, before
 /// the server's log is set up: the binary logs them once it is (`take_notes`).
 static NOTES: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -93,13 +122,19 @@ pub fn engine() -> Result<&'static Engine, String> {
         .get_or_init(|| {
             let engine = build().map_err(|e| format!("the WebAssembly engine: {e:#}"))?;
             let clock = engine.clone();
-            std::thread::Builder::new()
+            let thread = std::thread::Builder::new()
                 .name("wasm-epoch".into())
                 .spawn(move || loop {
+                    // Parked while no module runs: an idle server is not woken 500 times
+                    // a second.
+                    while RUNNING.load(Ordering::Acquire) == 0 {
+                        std::thread::park();
+                    }
                     std::thread::sleep(TICK);
                     clock.increment_epoch();
                 })
                 .map_err(|e| format!("the WebAssembly epoch clock: {e}"))?;
+            let _ = CLOCK.set(thread.thread().clone());
             Ok(engine)
         })
         .as_ref()

@@ -5,11 +5,23 @@ use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use ramjet_runtime::sys::{self, FileStat, OpenPolicy};
 
 use crate::journal::Journal;
 use crate::upstream::Upstream;
+
+/// Files of granted trees a mount keeps open; past this, those older than
+/// [`KEPT_VALID`] are closed, and if that is not enough, all.
+const KEPT_MAX: usize = 1024;
+
+/// How long a kept file is trusted before it is opened again (the static handler's
+/// `file_cache.valid` default): a file replaced in a tree is seen within this.
+const KEPT_VALID: Duration = Duration::from_secs(1);
+
+/// Kept files by (tree, path): the file, its metadata, when it was opened.
+type Kept = HashMap<(String, String), (Arc<File>, FileStat, Instant)>;
 
 /// Limits of the key-value store.
 pub const KEY_MAX: usize = 256;
@@ -27,6 +39,8 @@ pub struct Grants {
     /// Upstreams, by name (`crate::upstream`).
     pub upstreams: BTreeMap<String, Upstream>,
     store: Mutex<HashMap<String, Vec<u8>>>,
+    /// Files of the trees kept open for every instance and worker of the mount.
+    kept: Mutex<Kept>,
 }
 
 /// Why a file was refused.
@@ -51,6 +65,7 @@ impl Grants {
             journals: BTreeMap::new(),
             upstreams: BTreeMap::new(),
             store: Mutex::new(HashMap::new()),
+            kept: Mutex::new(HashMap::new()),
         }
     }
 
@@ -107,6 +122,37 @@ impl Grants {
             return Err(Refusal::NotFound);
         }
         Ok((Arc::new(file), stat))
+    }
+
+    /// [`Grants::open`], kept open for the mount for [`KEPT_VALID`]: a module that sends
+    /// the same files request after request (or asks a size, then sends) opens each about
+    /// once a second, and the descriptors held are the mount's, at most [`KEPT_MAX`],
+    /// however many instances run.
+    pub async fn open_kept(
+        &self,
+        tree: String,
+        path: String,
+    ) -> Result<(Arc<File>, FileStat), Refusal> {
+        let key = (tree, path);
+        let now = Instant::now();
+        {
+            let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((file, stat, at)) = kept.get(&key) {
+                if now.duration_since(*at) < KEPT_VALID {
+                    return Ok((file.clone(), *stat));
+                }
+            }
+        }
+        let (file, stat) = self.open(&key.0, &key.1).await?;
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() >= KEPT_MAX {
+            kept.retain(|_, (_, _, at)| now.duration_since(*at) < KEPT_VALID);
+            if kept.len() >= KEPT_MAX {
+                kept.clear();
+            }
+        }
+        kept.insert(key, (file.clone(), stat, now));
+        Ok((file, stat))
     }
 
     pub fn get(&self, key: &str) -> Option<Vec<u8>> {

@@ -1,12 +1,10 @@
 //! An instance's store data and the functions the module imports (`wit/module.wit`): each
 //! reads or fills the call's [`Exchange`], or a grant of the mount.
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ramjet_runtime::sys::FileStat;
@@ -19,13 +17,6 @@ use crate::bindings::ramjet::module::{files, host, http, journal, upstream};
 use crate::exchange::{file_range, BodyFailure, BodyTurn, Cause, Shared};
 use crate::grants::{Grants, Refusal};
 use crate::journal::{Journal, Refused};
-
-/// Files of granted trees an instance keeps open; past this it starts again.
-const OPENED_MAX: usize = 256;
-
-/// How long a kept file is trusted before it is opened again (the static handler's
-/// `file_cache.valid` default): a file replaced in a tree is seen within this.
-const OPENED_VALID: Duration = Duration::from_secs(1);
 
 /// The most a module's `files.read` returns at once.
 const READ_MAX: u32 = 1 << 20;
@@ -44,8 +35,6 @@ pub struct State {
     stderr: MemoryOutputPipe,
     /// Where the current call's standard error begins.
     stderr_from: usize,
-    /// Files of granted trees opened, by (tree, path): the file, its metadata, when.
-    opened: HashMap<(String, String), (Arc<File>, FileStat, Instant)>,
 }
 
 impl State {
@@ -65,27 +54,12 @@ impl State {
             grants,
             stderr,
             stderr_from: 0,
-            opened: HashMap::new(),
         }
     }
 
-    /// A file of a granted tree: kept open by this instance for [`OPENED_VALID`], so a
-    /// module that sends the same files request after request (or asks a size, then sends)
-    /// opens each about once a second.
+    /// A file of a granted tree, from the mount's open files when it has it.
     async fn open(&mut self, tree: String, path: String) -> Result<(Arc<File>, FileStat), Refusal> {
-        let key = (tree, path);
-        let now = Instant::now();
-        if let Some((file, stat, at)) = self.opened.get(&key) {
-            if now.duration_since(*at) < OPENED_VALID {
-                return Ok((file.clone(), *stat));
-            }
-        }
-        let (file, stat) = self.grants.clone().open(&key.0, &key.1).await?;
-        if self.opened.len() >= OPENED_MAX {
-            self.opened.clear();
-        }
-        self.opened.insert(key, (file.clone(), stat, now));
-        Ok((file, stat))
+        self.grants.clone().open_kept(tree, path).await
     }
 
     /// Begin another call on this instance, with its own exchange.

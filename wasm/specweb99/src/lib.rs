@@ -25,6 +25,8 @@
 //!   ad tables from them when they change (the tables are a pure function of them). They
 //!   live in memory: after a restart a CAD finds none until the next Reset (the manager
 //!   resets before every iteration), and answers as for an unknown user.
+//! - What an instance keeps (sizes, placeholders, the ads) is cheap to make again: under a
+//!   burst the server may run many instances at once and drop those it does not keep.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -61,11 +63,13 @@ struct Known {
     placeholders: Vec<u64>,
 }
 
-/// The tables of the last Reset, and the parameters they were made from.
+/// The tables of the last Reset, and the parameters they were made from. A user's
+/// demographics follow from its number (`tables::user_demographics`), so only the count is
+/// kept; the 360 ads are made once per instance and Reset.
 #[derive(Default)]
 struct Tables {
     made_from: Vec<u8>,
-    users: Vec<u32>,
+    users: u32,
     ads: Vec<Ad>,
 }
 
@@ -222,7 +226,7 @@ fn make_tables(params: Vec<u8>) -> Tables {
     };
     Tables {
         made_from: params,
-        users: tables::parse_users(&tables::user_personality(users as u32)).unwrap_or_default(),
+        users: users as u32,
         ads: tables::ads(&p),
     }
 }
@@ -231,7 +235,8 @@ fn cad(req: &Request, o: Object, k: &Known, user: u64, last_ad: u32) {
     let choice = with_tables(|t| {
         let dem = user
             .checked_sub(10_000)
-            .and_then(|i| t.users.get(i as usize).copied())?;
+            .filter(|&i| i < u64::from(t.users))
+            .map(|i| tables::user_demographics(i as u32))?;
         (!t.ads.is_empty()).then(|| tables::find_ad(dem, &t.ads, last_ad, now()))
     });
     match choice {

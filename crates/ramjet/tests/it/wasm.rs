@@ -341,6 +341,42 @@ fn a_burst_past_the_instance_limit_waits_for_room_instead_of_failing() {
     s.assert_clean_log(&["misbehave.wasm"]);
 }
 
+/// The context switches of the server's epoch clock thread so far.
+fn clock_switches(s: &Server) -> u64 {
+    let tasks = format!("/proc/{}/task", s.pid());
+    for t in std::fs::read_dir(&tasks).unwrap().flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim() == "wasm-epoch" {
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap();
+            return status
+                .lines()
+                .filter(|l| l.contains("ctxt_switches"))
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum();
+        }
+    }
+    panic!("no wasm-epoch thread");
+}
+
+/// The epoch clock ticks (every 2 ms) only while a module runs: an idle server's clock
+/// thread sleeps, and wakes for the next module that runs (which still yields and keeps
+/// its budget: the looping module's test).
+#[test]
+fn the_epoch_clock_sleeps_while_no_module_runs() {
+    let s = server(&[], "");
+    assert_eq!(s.get("/w/").status, 200);
+    let before = clock_switches(&s);
+    // A window in which a clock that never slept would tick about 150 times.
+    std::thread::sleep(Duration::from_millis(300));
+    let idle = clock_switches(&s) - before;
+    assert!(idle <= 3, "{idle} wake-ups of an idle clock");
+    assert_eq!(s.get("/w/").status, 200);
+    assert!(
+        clock_switches(&s) > before + idle,
+        "the clock did not wake for a module"
+    );
+}
+
 #[test]
 fn a_module_that_loops_does_not_stall_the_worker() {
     // One worker, a module looping for its whole 3 s budget; meanwhile another client
