@@ -381,33 +381,37 @@ fn the_dynamic_cgi_answers_every_request_as_the_module_does() {
         }
     }
     // The post logs hold the same records but for the time and process id.
-    let fetch = |script: &str| {
-        let (status, _, body) = ask(&s, &format!("GET {script}?command/Fetch HTTP/1.1\r\n"), "");
-        assert_eq!(status, 200);
-        let text = String::from_utf8(body).unwrap();
-        let pre = text
-            .split("<pre>\n")
-            .nth(1)
-            .unwrap()
-            .split("\n</pre>")
-            .next()
-            .unwrap()
-            .to_string();
-        let mut lines = pre.lines();
-        let count = lines.next().unwrap().trim().to_string();
-        let recs: Vec<_> = lines
-            .map(|l| {
-                let p = postlog::parse_record(l.as_bytes()).unwrap();
-                (
-                    p.recno, p.dir, p.class, p.num, p.client, p.filename, p.user_id,
-                )
-            })
-            .collect();
-        (count, recs)
-    };
-    let (m, g) = (fetch(module), fetch(cgi));
+    let (m, g) = (post_log(&s, module), post_log(&s, cgi));
     assert_eq!(m.0, "4");
     assert_eq!(m, g);
+}
+
+/// What `?command/Fetch` on `script` returns: the header's count and each record but for
+/// the time and process id.
+pub(crate) type PostLogSeen = (String, Vec<(u64, u32, u32, u32, u64, String, u64)>);
+
+pub(crate) fn post_log(s: &Server, script: &str) -> PostLogSeen {
+    let (status, _, body) = ask(s, &format!("GET {script}?command/Fetch HTTP/1.1\r\n"), "");
+    assert_eq!(status, 200);
+    let text = String::from_utf8(body).unwrap();
+    let pre = text
+        .split("<pre>\n")
+        .nth(1)
+        .unwrap()
+        .split("\n</pre>")
+        .next()
+        .unwrap();
+    let mut lines = pre.lines();
+    let count = lines.next().unwrap().trim().to_string();
+    let recs = lines
+        .map(|l| {
+            let p = postlog::parse_record(l.as_bytes()).unwrap();
+            (
+                p.recno, p.dir, p.class, p.num, p.client, p.filename, p.user_id,
+            )
+        })
+        .collect();
+    (count, recs)
 }
 
 #[test]

@@ -665,29 +665,7 @@ fn the_specweb99_component_answers_as_the_native_module() {
         (r.status, len - script.len())
     };
     assert_eq!(head(native), head(wasm));
-    let fetch = |script: &str| {
-        let (status, _, body) = ask(&s, &format!("GET {script}?command/Fetch HTTP/1.1\r\n"), "");
-        assert_eq!(status, 200);
-        let text = String::from_utf8(body).unwrap();
-        let pre = text
-            .split("<pre>\n")
-            .nth(1)
-            .unwrap()
-            .split("\n</pre>")
-            .next()
-            .unwrap();
-        let mut lines = pre.lines();
-        let count = lines.next().unwrap().trim().to_string();
-        let recs: Vec<_> = lines
-            .map(|l| {
-                let p = postlog::parse_record(l.as_bytes()).unwrap();
-                (
-                    p.recno, p.dir, p.class, p.num, p.client, p.filename, p.user_id,
-                )
-            })
-            .collect();
-        (count, recs)
-    };
+    let fetch = |script: &str| crate::specweb::post_log(&s, script);
     let (m, w) = (fetch(native), fetch(wasm));
     assert_eq!(w.0, "4");
     assert_eq!(m, w);
