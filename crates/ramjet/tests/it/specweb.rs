@@ -297,6 +297,30 @@ fn a_url_root_prefixes_static_paths_and_not_dynamic_queries() {
 
 /// One request on a new connection: status, the Set-Cookie value, and the body with the
 /// SCRIPT_NAME line (the one line that differs by design) taken out.
+/// Requests for objects of each class (`{}` is the script): a standard dynamic GET, CADs for
+/// known, unknown and edge users (`cookie_before` goes before `my_cookie` in the field),
+/// and a POST; each with its body.
+pub(crate) fn object_requests(cookie_before: &str) -> Vec<(String, String)> {
+    let mut heads = Vec::new();
+    for (d, c, n) in [(0, 0, 0), (3, 1, 4), (7, 2, 8), (24, 3, 1)] {
+        let q = format!("/{}", file_name(d, c, n));
+        heads.push((format!("GET {{}}?{q} HTTP/1.1\r\n"), String::new()));
+        for (user, last) in [(10000, 0), (10007, 359), (10039, 17), (10040, 3), (9999, 1)] {
+            heads.push((
+                format!(
+                    "GET {{}}?{q} HTTP/1.1\r\nCookie: {cookie_before}my_cookie=user_id={user}&last_ad={last}\r\n"
+                ),
+                String::new(),
+            ));
+        }
+        heads.push((
+            "POST {} HTTP/1.1\r\nCookie: my_cookie=user_id=10012&last_ad=3\r\n".to_string(),
+            format!("num={n}&client=4&urlroot=%2Ffile_set%2F&class={c}&dir={d:05}"),
+        ));
+    }
+    heads
+}
+
 pub(crate) fn ask(s: &Server, head: &str, body: &str) -> (u16, Option<String>, Vec<u8>) {
     let mut c = s.client();
     c.send(
@@ -345,23 +369,7 @@ fn the_dynamic_cgi_answers_every_request_as_the_module_does() {
         );
         assert!((x.expiry - y.expiry).abs() <= 2, "{x:?} {y:?}");
     }
-    let mut heads = Vec::new();
-    for (d, c, n) in [(0, 0, 0), (3, 1, 4), (7, 2, 8), (24, 3, 1)] {
-        let q = format!("/{}", file_name(d, c, n));
-        heads.push((format!("GET {{}}?{q} HTTP/1.1\r\n"), String::new()));
-        for (user, last) in [(10000, 0), (10007, 359), (10039, 17), (10040, 3), (9999, 1)] {
-            heads.push((
-                format!(
-                    "GET {{}}?{q} HTTP/1.1\r\nCookie: my_cookie=user_id={user}&last_ad={last}\r\n"
-                ),
-                String::new(),
-            ));
-        }
-        heads.push((
-            "POST {} HTTP/1.1\r\nCookie: my_cookie=user_id=10012&last_ad=3\r\n".to_string(),
-            format!("num={n}&client=4&urlroot=%2Ffile_set%2F&class={c}&dir={d:05}"),
-        ));
-    }
+    let mut heads = object_requests("");
     heads.push((
         "GET {}?/file_set/dir99999/class0_0 HTTP/1.1\r\n".into(),
         String::new(),

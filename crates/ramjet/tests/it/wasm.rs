@@ -614,23 +614,7 @@ fn the_specweb99_component_answers_as_the_native_module() {
         let (status, _, _) = ask(&s, &format!("GET {script}{reset} HTTP/1.1\r\n"), "");
         assert_eq!(status, 200, "{script}");
     }
-    let mut heads = Vec::new();
-    for (d, c, n) in [(0, 0, 0), (3, 1, 4), (7, 2, 8), (24, 3, 1)] {
-        let q = format!("/{}", file_name(d, c, n));
-        heads.push((format!("GET {{}}?{q} HTTP/1.1\r\n"), String::new()));
-        for (user, last) in [(10000, 0), (10007, 359), (10039, 17), (10040, 3), (9999, 1)] {
-            heads.push((
-                format!(
-                    "GET {{}}?{q} HTTP/1.1\r\nCookie: a=b; my_cookie=user_id={user}&last_ad={last}\r\n"
-                ),
-                String::new(),
-            ));
-        }
-        heads.push((
-            "POST {} HTTP/1.1\r\nCookie: my_cookie=user_id=10012&last_ad=3\r\n".to_string(),
-            format!("num={n}&client=4&urlroot=%2Ffile_set%2F&class={c}&dir={d:05}"),
-        ));
-    }
+    let mut heads = crate::specweb::object_requests("a=b; ");
     for (head, body) in [
         ("GET {}?/file_set/dir99999/class0_0 HTTP/1.1\r\n", ""),
         ("GET {}?/etc/passwd HTTP/1.1\r\n", ""),
