@@ -7,7 +7,8 @@
 //! tree (no `..`, `.`, empty or hidden component reaches the open); a journal record the
 //! host accepts is one line, and its number, written where the module asked, changes
 //! nothing else in it; a request to an upstream that the host accepts is one request line,
-//! field lines, the host's own `Host` and framing, and the body, nothing smuggled between.
+//! field lines, the host's own `Host` and framing, and the body, nothing smuggled between;
+//! `files.find` gives every occurrence of any needle, whatever the pieces a file is read in.
 #![no_main]
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -19,6 +20,7 @@ use ramjet_modules::Piece;
 use ramjet_wasm::exchange::{file_range, BodyFailure, BodyTurn, Exchange, JOINED_MAX};
 use ramjet_wasm::grants::Grants;
 use ramjet_wasm::journal;
+use ramjet_wasm::search;
 use ramjet_wasm::upstream::{self, Upstream};
 
 fn null() -> Arc<File> {
@@ -86,7 +88,7 @@ fuzz_target!(|data: &[u8]| {
     let mut handed = 0u64;
     let mut accepted = 0u64;
     while let Some(op) = input.byte() {
-        match op % 11 {
+        match op % 12 {
             0 => {
                 let status = input.u64().unwrap_or(0) as u16;
                 let mut fields = Vec::new();
@@ -220,6 +222,33 @@ fuzz_target!(|data: &[u8]| {
                     assert_eq!(count(b"transfer-encoding:"), 0);
                     assert!(count(b"content-length:") <= 1);
                 }
+            }
+            10 => {
+                // files.find: any needle, any limit, a file read back in pieces of any
+                // size: every occurrence, left to right, none overlapping, at most `max`.
+                let hay = input.bytes().unwrap_or_default();
+                let needle = input.bytes().unwrap_or_default();
+                let max = input.u64().unwrap_or(0) as u32 % 70_000;
+                let piece = 1 + input.byte().unwrap_or(0) as usize;
+                let found = search::find(hay.len() as u64, needle, max, |offset, len| {
+                    let end = (offset as usize + len.min(piece)).min(hay.len());
+                    Some(hay[offset as usize..end].to_vec())
+                })
+                .unwrap();
+                let mut want = Vec::new();
+                let mut at = 0;
+                while !needle.is_empty()
+                    && at + needle.len() <= hay.len()
+                    && (want.len() as u32) < max
+                {
+                    if &hay[at..at + needle.len()] == needle {
+                        want.push(at as u64);
+                        at += needle.len();
+                    } else {
+                        at += 1;
+                    }
+                }
+                assert_eq!(found, want);
             }
             _ => {
                 assert_eq!(x.queued + handed, accepted, "queued and handed add up");

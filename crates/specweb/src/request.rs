@@ -20,8 +20,11 @@ impl Object {
     pub fn parse(s: &str) -> Option<Object> {
         let s = s.strip_prefix('/').unwrap_or(s);
         let rest = s.strip_prefix("file_set/dir")?;
-        let (dir, rest) = rest.split_once("/class")?;
-        let (class, num) = rest.split_once('_')?;
+        // Fixed widths: `NNNNN/classC_F`, split by position (no substring search).
+        let (dir, rest) = (rest.get(..5)?, rest.get(5..)?);
+        let rest = rest.strip_prefix("/class")?;
+        let (class, num) = (rest.get(..1)?, rest.get(1..)?);
+        let num = num.strip_prefix('_')?;
         let digits = |t: &str, n: usize| t.len() == n && t.bytes().all(|b| b.is_ascii_digit());
         if !digits(dir, 5) || !digits(class, 1) || !digits(num, 1) {
             return None;
@@ -44,6 +47,11 @@ impl Object {
         self.class == 1 || self.class == 2
     }
 }
+
+/// An ad tag up to the end of its placeholder: where it occurs in a file, the placeholder
+/// is [`AD_PLACEHOLDER_AT`] bytes on ([`find_placeholders`] finds the same). For a module
+/// that has the file searched for it instead of reading it (the WebAssembly one).
+pub const PLACEHOLDER_NEEDLE: &[u8] = AD_TAG.split_at(AD_PLACEHOLDER_AT + AD_PLACEHOLDER.len()).0;
 
 /// Offsets of the ad tags' placeholders in a file's bytes.
 pub fn find_placeholders(bytes: &[u8]) -> Vec<u64> {
@@ -190,9 +198,39 @@ mod tests {
             "/file_set/dir00012/class1_4/../../x",
             "/etc/passwd",
             "/file_set/dir+0012/class1_4",
+            "/file_set/dir00012/class1-4",
+            "/file_set/dir00012/class1_",
+            "/file_set/dir00012/clas1_4",
+            "/file_set/dir00012class1_4",
+            "/file_set/dir0001\u{e9}/class1_4",
+            "/file_set/dir00012/class\u{e9}_4",
+            "/file_set/dir00012",
             "",
         ] {
             assert_eq!(Object::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_needle_finds_what_find_placeholders_finds() {
+        assert!(PLACEHOLDER_NEEDLE.ends_with(AD_PLACEHOLDER));
+        for dir in [0, 7, 123] {
+            for class in 0..4 {
+                for num in 0..9 {
+                    let bytes = file_bytes(dir, class, num);
+                    let mut by_needle = Vec::new();
+                    let mut at = 0;
+                    while let Some(i) = memchr::memmem::find(&bytes[at..], PLACEHOLDER_NEEDLE) {
+                        by_needle.push((at + i + AD_PLACEHOLDER_AT) as u64);
+                        at += i + PLACEHOLDER_NEEDLE.len();
+                    }
+                    assert_eq!(
+                        by_needle,
+                        find_placeholders(&bytes),
+                        "{dir} class{class}_{num}"
+                    );
+                }
+            }
         }
     }
 

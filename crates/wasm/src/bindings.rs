@@ -13,6 +13,7 @@ wasmtime::component::bindgen!({
         "ramjet:module/files.size": async,
         "ramjet:module/files.send": async,
         "ramjet:module/files.read": async,
+        "ramjet:module/files.find": async,
         "ramjet:module/journal.append": async,
         "ramjet:module/journal.send": async,
         "ramjet:module/journal.clear": async,

@@ -1,10 +1,10 @@
 //! The process's one WebAssembly engine: Cranelift code compiled ahead of time and kept
 //! in an on-disk cache, instances from a pooling allocator (a request's instance costs no
-//! mapping from scratch), and an epoch clock that ticks every [`TICK`] while a guest runs,
-//! so it yields to the event loop and its CPU time is counted.
+//! mapping from scratch), and an epoch clock that ticks every [`TICK`] while guests run (parked
+//! once none has for [`IDLE_TICKS`]), so a guest yields to the event loop and its CPU time is counted.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -73,31 +73,58 @@ pub async fn admit() -> Option<Room> {
 
 static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();
 
-/// Modules running on some worker thread now (the clock ticks only while one does).
-static RUNNING: AtomicUsize = AtomicUsize::new(0);
+/// A module was polled since the clock's last tick (set by workers, taken by the clock).
+static BUSY: AtomicBool = AtomicBool::new(false);
+
+/// The clock is parked (or about to be): the next module to run must wake it.
+static ASLEEP: AtomicBool = AtomicBool::new(false);
+
+/// Ticks with no module polled after which the clock parks: a server between requests
+/// keeps it ticking, an idle one is not woken 500 times a second.
+pub const IDLE_TICKS: u32 = 100;
 
 /// The epoch clock's thread, to wake it.
 static CLOCK: OnceLock<std::thread::Thread> = OnceLock::new();
 
-/// A module runs on this thread until this is dropped: the epoch clock ticks meanwhile
-/// (its deadline checks and yields need it), and sleeps when none runs.
-pub struct Running(());
-
-impl Running {
-    pub fn begin() -> Running {
-        if RUNNING.fetch_add(1, Ordering::AcqRel) == 0 {
-            if let Some(clock) = CLOCK.get() {
-                // No system call unless the clock is parked.
-                clock.unpark();
-            }
+/// A module is about to run on this thread: the epoch clock must tick (its deadline
+/// checks and yields need it). Costs a load when the clock is already ticking, and a
+/// store at most once per tick; a system call only to wake a parked clock. (Waking it
+/// for every request and letting it park again cost two futex calls and a cross-CPU
+/// wake-up per request: a fifth of a small request's time.)
+pub fn running() {
+    if !BUSY.load(Ordering::Relaxed) {
+        BUSY.store(true, Ordering::SeqCst);
+    }
+    // Paired with the clock's store of ASLEEP then load of BUSY (both SeqCst): either it
+    // sees BUSY and stays up, or this sees ASLEEP and wakes it.
+    if ASLEEP.load(Ordering::SeqCst) {
+        if let Some(clock) = CLOCK.get() {
+            clock.unpark();
         }
-        Running(())
     }
 }
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        RUNNING.fetch_sub(1, Ordering::AcqRel);
+/// The clock: a tick every [`TICK`] while modules run, parked after [`IDLE_TICKS`]
+/// without one.
+fn tick(engine: Engine) {
+    let mut idle = 0;
+    loop {
+        std::thread::sleep(TICK);
+        engine.increment_epoch();
+        if BUSY.swap(false, Ordering::SeqCst) {
+            idle = 0;
+            continue;
+        }
+        idle += 1;
+        if idle < IDLE_TICKS {
+            continue;
+        }
+        ASLEEP.store(true, Ordering::SeqCst);
+        while !BUSY.load(Ordering::SeqCst) {
+            std::thread::park();
+        }
+        ASLEEP.store(false, Ordering::SeqCst);
+        idle = 0;
     }
 }
 
@@ -124,15 +151,7 @@ pub fn engine() -> Result<&'static Engine, String> {
             let clock = engine.clone();
             let thread = std::thread::Builder::new()
                 .name("wasm-epoch".into())
-                .spawn(move || loop {
-                    // Parked while no module runs: an idle server is not woken 500 times
-                    // a second.
-                    while RUNNING.load(Ordering::Acquire) == 0 {
-                        std::thread::park();
-                    }
-                    std::thread::sleep(TICK);
-                    clock.increment_epoch();
-                })
+                .spawn(move || tick(clock))
                 .map_err(|e| format!("the WebAssembly epoch clock: {e}"))?;
             let _ = CLOCK.set(thread.thread().clone());
             Ok(engine)
@@ -193,6 +212,10 @@ fn config(pooled: bool) -> Config {
         pool.async_stack_keep_resident(1 << 20);
         pool.pagemap_scan(Enabled::Auto);
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    }
+    // `perf` names the modules' functions from /tmp/perf-PID.map (docs/WASM.md, profiling).
+    if std::env::var_os("RAMJET_WASM_PERFMAP").is_some_and(|v| v == "1") {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
     }
     if let Some(dir) = cache_directory() {
         let mut cache = CacheConfig::new();

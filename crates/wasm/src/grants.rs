@@ -12,9 +12,9 @@ use ramjet_runtime::sys::{self, FileStat, OpenPolicy};
 use crate::journal::Journal;
 use crate::upstream::Upstream;
 
-/// Files of granted trees a mount keeps open; past this, those older than
-/// [`KEPT_VALID`] are closed, and if that is not enough, all.
-const KEPT_MAX: usize = 1024;
+/// Files of granted trees a mount keeps open (the native SPECweb99 module keeps as many per
+/// worker); past this, those opened longest ago are closed, half of them at a time.
+const KEPT_MAX: usize = 8192;
 
 /// How long a kept file is trusted before it is opened again (the static handler's
 /// `file_cache.valid` default): a file replaced in a tree is seen within this.
@@ -145,11 +145,8 @@ impl Grants {
         }
         let (file, stat) = self.open(&key.0, &key.1).await?;
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        if kept.len() >= KEPT_MAX {
-            kept.retain(|_, (_, _, at)| now.duration_since(*at) < KEPT_VALID);
-            if kept.len() >= KEPT_MAX {
-                kept.clear();
-            }
+        if kept.len() >= KEPT_MAX && !kept.contains_key(&key) {
+            evict_older_half(&mut kept);
         }
         kept.insert(key, (file.clone(), stat, now));
         Ok((file, stat))
@@ -182,6 +179,17 @@ impl Grants {
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);
     }
+}
+
+/// Close the half of the kept files opened longest ago (those past [`KEPT_VALID`] among
+/// them). Clearing all at once would reopen a large working set's every file each time
+/// the map fills.
+fn evict_older_half(kept: &mut Kept) {
+    let mut opened: Vec<Instant> = kept.values().map(|(_, _, at)| *at).collect();
+    let middle = opened.len() / 2;
+    let (_, cut, _) = opened.select_nth_unstable(middle);
+    let cut = *cut;
+    kept.retain(|_, (_, _, at)| *at > cut);
 }
 
 fn refusal(e: &io::Error) -> Refusal {

@@ -17,6 +17,7 @@ use crate::bindings::ramjet::module::{files, host, http, journal, upstream};
 use crate::exchange::{file_range, BodyFailure, BodyTurn, Cause, Shared};
 use crate::grants::{Grants, Refusal};
 use crate::journal::{Journal, Refused};
+use crate::search;
 
 /// The most a module's `files.read` returns at once.
 const READ_MAX: u32 = 1 << 20;
@@ -263,26 +264,33 @@ impl files::Host for State {
         if let Some(bytes) = ramjet_runtime::sys::read_at_cached(&file, offset, len) {
             return Ok(bytes);
         }
-        tokio::task::spawn_blocking(move || {
-            let mut buf = vec![0; len];
-            let mut done = 0;
-            while done < len {
-                match std::os::unix::fs::FileExt::read_at(
-                    &*file,
-                    &mut buf[done..],
-                    offset + done as u64,
-                ) {
-                    Ok(0) => break,
-                    Ok(n) => done += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(_) => return Err(files::FileError::Io),
-                }
+        tokio::task::spawn_blocking(move || ramjet_runtime::sys::read_at(&file, offset, len))
+            .await
+            .map_err(|_| files::FileError::Io)?
+            .map_err(|_| files::FileError::Io)
+    }
+
+    async fn find(
+        &mut self,
+        tree: String,
+        path: String,
+        needle: Vec<u8>,
+        max: u32,
+    ) -> Result<Vec<u64>, files::FileError> {
+        let (file, stat) = self.open(tree, path).await.map_err(file_error)?;
+        let max = max.min(search::FIND_MAX);
+        // Searched from the page cache on the event loop when it has the file and the file
+        // is small (a search costs about 0.1 ms per MiB); else on the blocking pool, the
+        // instance parked meanwhile.
+        if stat.size <= u64::from(READ_MAX) {
+            if let Some(found) = search::find_cached(&file, stat.size, &needle, max) {
+                return Ok(found);
             }
-            buf.truncate(done);
-            Ok(buf)
-        })
-        .await
-        .map_err(|_| files::FileError::Io)?
+        }
+        tokio::task::spawn_blocking(move || search::find_blocking(&file, stat.size, &needle, max))
+            .await
+            .map_err(|_| files::FileError::Io)?
+            .map_err(|_| files::FileError::Io)
     }
 }
 

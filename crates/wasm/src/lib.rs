@@ -26,6 +26,7 @@ pub mod journal;
 mod mount;
 #[cfg(feature = "host")]
 mod options;
+pub mod search;
 pub mod upstream;
 
 #[cfg(feature = "host")]

@@ -173,6 +173,12 @@ pub mod files {
     pub fn read(tree: &str, path: &str, offset: u64, len: u32) -> Result<Vec<u8>, FileError> {
         wit_files::read(tree, path, offset, len)
     }
+
+    /// Where `needle` occurs in the file (offsets, left to right, not overlapping, at most
+    /// `max`): the server searches it, the module never reads it.
+    pub fn find(tree: &str, path: &str, needle: &[u8], max: u32) -> Result<Vec<u64>, FileError> {
+        wit_files::find(tree, path, needle, max)
+    }
 }
 
 /// The journals the location grants (`journals = { NAME = "/path" }`): append-only files

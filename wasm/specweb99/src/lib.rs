@@ -17,7 +17,8 @@
 //!
 //! - The file set's bytes never enter the module: a reply is the frame's bytes, file
 //!   ranges the server sends with sendfile, and for a CAD the 17-byte substitutions.
-//!   Each instance keeps each object's size and ad placeholders (read once).
+//!   Each instance keeps each object's size and ad placeholders (found once, by the
+//!   server's `files.find`: the module never reads the file).
 //! - A POST's record goes to the `posts` journal, which numbers it (one sequence for every
 //!   worker) and has it on disk before the reply. Fetch sends the log's header line and
 //!   the journal.
@@ -30,15 +31,15 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ramjet_module::{
     answer, cookie, files, journal, store, var, write, Handler, Request, WholeBody,
 };
+use ramjet_specweb::fileset::AD_PLACEHOLDER_AT;
 use ramjet_specweb::frame;
 use ramjet_specweb::postlog::{self, Post};
-use ramjet_specweb::request::{self, find_placeholders, parse_post, Object};
+use ramjet_specweb::request::{self, parse_post, Object, PLACEHOLDER_NEEDLE};
 use ramjet_specweb::tables::{self, Ad, AdParams};
 
 /// The granted tree that holds `file_set/`.
@@ -57,8 +58,9 @@ const TEXT: &[u8] = b"text/plain; charset=utf-8";
 
 struct SpecWeb;
 
-/// What one file of the set is: its length and its ad placeholders.
+/// What one file of the set is: its name in the tree, its length and its ad placeholders.
 struct Known {
+    name: String,
     len: u64,
     placeholders: Vec<u64>,
 }
@@ -122,15 +124,19 @@ fn begin(req: &Request, cookie: Option<&str>) {
     if let Some(c) = cookie {
         fields.push(("set-cookie", c.as_bytes()));
     }
-    let remote = req
-        .client
-        .parse::<SocketAddr>()
-        .map_or_else(|_| req.client.clone(), |a| a.ip().to_string());
+    let remote = ip(&req.client);
     let script = String::from_utf8_lossy(&req.path);
-    let head =
-        SERVER.with(|s| frame::head(s, &remote, &script, req.query.as_deref().unwrap_or("")));
+    let head = SERVER.with(|s| frame::head(s, remote, &script, req.query.as_deref().unwrap_or("")));
     // The head and the frame's first bytes in one call.
     answer(200, &fields, head.as_bytes());
+}
+
+/// The address of a client given as `ip:port` or `[ipv6]:port`, without its port.
+fn ip(client: &str) -> &str {
+    let host = client.rsplit_once(':').map_or(client, |(h, _)| h);
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
 }
 
 fn end() {
@@ -148,13 +154,21 @@ fn known(o: Object) -> Result<std::rc::Rc<Known>, (u16, String)> {
         _ => (500, format!("{name}: could not be opened\n")),
     };
     let len = files::size(TREE, &name).map_err(missing)?;
+    // The server searches the file for the ad tags: its bytes never enter the module.
     let placeholders = if o.has_ads() {
-        let bytes = files::read(TREE, &name, 0, len as u32).map_err(missing)?;
-        find_placeholders(&bytes)
+        files::find(TREE, &name, PLACEHOLDER_NEEDLE, 64)
+            .map_err(missing)?
+            .into_iter()
+            .map(|at| at + AD_PLACEHOLDER_AT as u64)
+            .collect()
     } else {
         Vec::new()
     };
-    let k = std::rc::Rc::new(Known { len, placeholders });
+    let k = std::rc::Rc::new(Known {
+        name,
+        len,
+        placeholders,
+    });
     KNOWN.with(|m| {
         let mut m = m.borrow_mut();
         if m.len() >= MAX_KNOWN {
@@ -166,19 +180,19 @@ fn known(o: Object) -> Result<std::rc::Rc<Known>, (u16, String)> {
 }
 
 /// The framed object, each ad placeholder replaced by `ad`'s target.
-fn framed(req: &Request, o: Object, k: &Known, ad: Option<u32>, cookie: Option<&str>) {
+fn framed(req: &Request, k: &Known, ad: Option<u32>, cookie: Option<&str>) {
     begin(req, cookie);
-    let name = o.name();
+    let name = &k.name;
     let mut at = 0;
     if let Some(ad) = ad {
         let target = tables::ad_target(ad);
         for &p in &k.placeholders {
-            let _ = files::send(TREE, &name, at, Some(p - at));
+            let _ = files::send(TREE, name, at, Some(p - at));
             write(&target);
             at = p + target.len() as u64;
         }
     }
-    let _ = files::send(TREE, &name, at, Some(k.len - at));
+    let _ = files::send(TREE, name, at, Some(k.len - at));
     end();
 }
 
@@ -188,8 +202,8 @@ fn get(req: &Request, o: Object) {
         Err((status, why)) => return text(status, &why),
     };
     match cookie("my_cookie").as_deref().and_then(request::my_cookie) {
-        None => framed(req, o, &k, None, None),
-        Some((user, last_ad)) => cad(req, o, &k, user, last_ad),
+        None => framed(req, &k, None, None),
+        Some((user, last_ad)) => cad(req, &k, user, last_ad),
     }
 }
 
@@ -231,7 +245,7 @@ fn make_tables(params: Vec<u8>) -> Tables {
     }
 }
 
-fn cad(req: &Request, o: Object, k: &Known, user: u64, last_ad: u32) {
+fn cad(req: &Request, k: &Known, user: u64, last_ad: u32) {
     let choice = with_tables(|t| {
         let dem = user
             .checked_sub(10_000)
@@ -247,12 +261,11 @@ fn cad(req: &Request, o: Object, k: &Known, user: u64, last_ad: u32) {
                 c.weight,
                 u8::from(c.expired)
             );
-            framed(req, o, k, Some(c.ad), Some(&found));
+            framed(req, k, Some(c.ad), Some(&found));
         }
         // The native module's answer for a user it does not know (or before a Reset).
         None => framed(
             req,
-            o,
             k,
             None,
             Some("found_cookie=Ad_id=-1&Ad_weight=0&Expired=1"),
@@ -291,7 +304,7 @@ fn post(req: &Request) {
     });
     // The journal numbers the record in its first ten bytes.
     match journal::append(POSTS, &record, Some((0, 10))) {
-        Ok(_) => framed(req, o, &k, None, Some(&format!("my_cookie={user}"))),
+        Ok(_) => framed(req, &k, None, Some(&format!("my_cookie={user}"))),
         Err(_) => text(500, "the post log could not be written\n"),
     }
 }

@@ -169,6 +169,23 @@ pub fn read_at_cached(file: &File, offset: u64, len: usize) -> Option<Vec<u8>> {
     Some(buf)
 }
 
+/// Up to `len` bytes of `file` from `offset` (fewer where the file ends), waiting for the
+/// disk: for the blocking pool.
+pub fn read_at(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    let mut done = 0;
+    while done < len {
+        match std::os::unix::fs::FileExt::read_at(file, &mut buf[done..], offset + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(done);
+    Ok(buf)
+}
+
 /// `lstat` of `path` beneath `dir` without following a final symlink (for the owner check).
 /// Intermediate components are resolved beneath `dir` as in [`open_beneath`].
 pub fn stat_beneath(dir: &File, path: &[u8]) -> io::Result<FileStat> {
