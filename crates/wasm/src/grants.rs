@@ -20,8 +20,42 @@ const KEPT_MAX: usize = 8192;
 /// `file_cache.valid` default): a file replaced in a tree is seen within this.
 const KEPT_VALID: Duration = Duration::from_secs(1);
 
-/// Kept files by (tree, path): the file, its metadata, when it was opened.
-type Kept = HashMap<(String, String), (Arc<File>, FileStat, Instant)>;
+/// Kept files by (tree, path).
+type Kept = HashMap<(String, String), Arc<KeptFile>>;
+
+/// A file of a granted tree, kept open for the mount.
+pub struct KeptFile {
+    pub file: Arc<File>,
+    pub stat: FileStat,
+    opened: Instant,
+    /// The last `files.find` of it: the needle, the most occurrences asked for, and where
+    /// it occurs. A file is searched once per opening, not once per instance that asks
+    /// (each instance has its own caches, and a burst brings many).
+    found: Mutex<Option<Found>>,
+}
+
+struct Found {
+    needle: Vec<u8>,
+    max: u32,
+    at: Vec<u64>,
+}
+
+impl KeptFile {
+    /// Where `needle` occurs (at most `max` times), if this file was searched for it since
+    /// it was opened and that search answers this one.
+    pub fn found(&self, needle: &[u8], max: u32) -> Option<Vec<u64>> {
+        let found = self.found.lock().unwrap_or_else(|e| e.into_inner());
+        let f = found.as_ref().filter(|f| f.needle == needle)?;
+        // All of them (fewer than that search's limit), or no more than it found.
+        let complete = f.at.len() < f.max as usize;
+        (complete || max <= f.max).then(|| f.at[..f.at.len().min(max as usize)].to_vec())
+    }
+
+    /// Remember a search of this file (the last one only).
+    pub fn remember(&self, needle: Vec<u8>, at: Vec<u64>, max: u32) {
+        *self.found.lock().unwrap_or_else(|e| e.into_inner()) = Some(Found { needle, max, at });
+    }
+}
 
 /// Limits of the key-value store.
 pub const KEY_MAX: usize = 256;
@@ -128,28 +162,30 @@ impl Grants {
     /// the same files request after request (or asks a size, then sends) opens each about
     /// once a second, and the descriptors held are the mount's, at most [`KEPT_MAX`],
     /// however many instances run.
-    pub async fn open_kept(
-        &self,
-        tree: String,
-        path: String,
-    ) -> Result<(Arc<File>, FileStat), Refusal> {
+    pub async fn open_kept(&self, tree: String, path: String) -> Result<Arc<KeptFile>, Refusal> {
         let key = (tree, path);
         let now = Instant::now();
         {
             let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some((file, stat, at)) = kept.get(&key) {
-                if now.duration_since(*at) < KEPT_VALID {
-                    return Ok((file.clone(), *stat));
+            if let Some(k) = kept.get(&key) {
+                if now.duration_since(k.opened) < KEPT_VALID {
+                    return Ok(k.clone());
                 }
             }
         }
         let (file, stat) = self.open(&key.0, &key.1).await?;
+        let k = Arc::new(KeptFile {
+            file,
+            stat,
+            opened: now,
+            found: Mutex::new(None),
+        });
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         if kept.len() >= KEPT_MAX && !kept.contains_key(&key) {
             evict_older_half(&mut kept);
         }
-        kept.insert(key, (file.clone(), stat, now));
-        Ok((file, stat))
+        kept.insert(key, k.clone());
+        Ok(k)
     }
 
     pub fn get(&self, key: &str) -> Option<Vec<u8>> {
@@ -185,11 +221,11 @@ impl Grants {
 /// them). Clearing all at once would reopen a large working set's every file each time
 /// the map fills.
 fn evict_older_half(kept: &mut Kept) {
-    let mut opened: Vec<Instant> = kept.values().map(|(_, _, at)| *at).collect();
+    let mut opened: Vec<Instant> = kept.values().map(|k| k.opened).collect();
     let middle = opened.len() / 2;
     let (_, cut, _) = opened.select_nth_unstable(middle);
     let cut = *cut;
-    kept.retain(|_, (_, _, at)| *at > cut);
+    kept.retain(|_, k| k.opened > cut);
 }
 
 fn refusal(e: &io::Error) -> Refusal {
@@ -250,6 +286,29 @@ mod tests {
         assert_eq!(g.open("www", "out").await.unwrap_err(), Refusal::Denied);
         assert_eq!(g.open("www", "d").await.unwrap_err(), Refusal::NotFound);
         assert_eq!(g.open("www", "nope").await.unwrap_err(), Refusal::NotFound);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_kept_file_answers_a_search_again_only_when_that_search_covers_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), b"hello").unwrap();
+        let g = grants(dir.path());
+        let k = g.open_kept("www".into(), "f".into()).await.unwrap();
+        assert!(Arc::ptr_eq(
+            &k,
+            &g.open_kept("www".into(), "f".into()).await.unwrap()
+        ));
+        assert_eq!(k.found(b"l", 10), None);
+        // Cut short at its limit: it answers smaller limits only.
+        k.remember(b"l".to_vec(), vec![2, 3], 2);
+        assert_eq!(k.found(b"l", 1), Some(vec![2]));
+        assert_eq!(k.found(b"l", 2), Some(vec![2, 3]));
+        assert_eq!(k.found(b"l", 3), None);
+        assert_eq!(k.found(b"x", 1), None);
+        // Complete: it answers any limit.
+        k.remember(b"o".to_vec(), vec![4], 64);
+        assert_eq!(k.found(b"o", 65_536), Some(vec![4]));
+        assert_eq!(k.found(b"o", 0), Some(vec![]));
     }
 
     #[test]

@@ -60,7 +60,8 @@ impl State {
 
     /// A file of a granted tree, from the mount's open files when it has it.
     async fn open(&mut self, tree: String, path: String) -> Result<(Arc<File>, FileStat), Refusal> {
-        self.grants.clone().open_kept(tree, path).await
+        let k = self.grants.clone().open_kept(tree, path).await?;
+        Ok((k.file.clone(), k.stat))
     }
 
     /// Begin another call on this instance, with its own exchange.
@@ -277,20 +278,34 @@ impl files::Host for State {
         needle: Vec<u8>,
         max: u32,
     ) -> Result<Vec<u64>, files::FileError> {
-        let (file, stat) = self.open(tree, path).await.map_err(file_error)?;
+        let kept = self
+            .grants
+            .clone()
+            .open_kept(tree, path)
+            .await
+            .map_err(file_error)?;
         let max = max.min(search::FIND_MAX);
+        if let Some(at) = kept.found(&needle, max) {
+            return Ok(at);
+        }
+        let (file, size) = (kept.file.clone(), kept.stat.size);
         // Searched from the page cache on the event loop when it has the file and the file
         // is small (a search costs about 0.1 ms per MiB); else on the blocking pool, the
         // instance parked meanwhile.
-        if stat.size <= u64::from(READ_MAX) {
-            if let Some(found) = search::find_cached(&file, stat.size, &needle, max) {
-                return Ok(found);
-            }
-        }
-        tokio::task::spawn_blocking(move || search::find_blocking(&file, stat.size, &needle, max))
+        let cached = (size <= u64::from(READ_MAX))
+            .then(|| search::find_cached(&file, size, &needle, max))
+            .flatten();
+        let (at, needle) = match cached {
+            Some(at) => (at, needle),
+            None => tokio::task::spawn_blocking(move || {
+                search::find_blocking(&file, size, &needle, max).map(|at| (at, needle))
+            })
             .await
             .map_err(|_| files::FileError::Io)?
-            .map_err(|_| files::FileError::Io)
+            .map_err(|_| files::FileError::Io)?,
+        };
+        kept.remember(needle, at.clone(), max);
+        Ok(at)
     }
 }
 
