@@ -117,18 +117,61 @@ pub struct Instance {
 }
 
 /// A worker's idle instances of one mount.
-pub type Idle = Rc<RefCell<Vec<Resting>>>;
+pub type Idle = Rc<IdlePool>;
+
+/// Idle instances, and the requests of this worker and mount waiting for one: an instance
+/// let go while a request waits for room goes to it, not back to the list.
+#[derive(Default)]
+pub struct IdlePool {
+    list: RefCell<Vec<Resting>>,
+    returned: tokio::sync::Notify,
+}
+
+impl IdlePool {
+    fn pop(&self) -> Option<Instance> {
+        self.list.borrow_mut().pop().and_then(Resting::take)
+    }
+}
+
+/// How a call gets its instance.
+enum Start {
+    /// One the worker kept.
+    Kept(Instance),
+    /// Room for a new one.
+    New(engine::Room),
+}
+
+/// An instance for the next call: one the worker kept, else room for a new one; while every
+/// room is taken, whichever comes first, one of this mount's instances let go on this
+/// worker or a room. `None` after [`engine::ADMIT_WAIT`].
+async fn start(idle: &IdlePool) -> Option<Start> {
+    if let Some(inst) = idle.pop() {
+        return Some(Start::Kept(inst));
+    }
+    if let Some(room) = engine::try_admit() {
+        return Some(Start::New(room));
+    }
+    let waiting = async {
+        loop {
+            tokio::select! {
+                room = engine::admit() => return room.map(Start::New),
+                () = idle.returned.notified() => {
+                    if let Some(inst) = idle.pop() {
+                        return Some(Start::Kept(inst));
+                    }
+                }
+            }
+        }
+    };
+    tokio::time::timeout(engine::ADMIT_WAIT, waiting)
+        .await
+        .ok()
+        .flatten()
+}
 
 impl Instance {
     /// A fresh instance from the engine's pool.
-    async fn new(m: &Mounted, shared: Shared) -> wasmtime::Result<Instance> {
-        let Some(room) = engine::admit().await else {
-            wasmtime::bail!(
-                "all {} instances stayed busy for {} s",
-                engine::instances(),
-                engine::ADMIT_WAIT.as_secs()
-            );
-        };
+    async fn new(m: &Mounted, shared: Shared, room: engine::Room) -> wasmtime::Result<Instance> {
         let state = State::new(m.grants.clone(), shared, m.memory);
         let mut store = Store::new(m.pre.instance_pre().engine(), state);
         store.limiter(|s| s);
@@ -163,16 +206,16 @@ impl Instance {
 type Running = Pin<Box<dyn Future<Output = (Option<Instance>, wasmtime::Result<()>)> + Send>>;
 
 /// Start the call of `handle` on an idle instance, or on a new one.
-fn run(m: &Arc<Mounted>, idle: Option<Instance>, shared: Shared, req: Copied) -> Running {
+fn run(m: &Arc<Mounted>, start: Start, shared: Shared, req: Copied) -> Running {
     let m = m.clone();
     Box::pin(async move {
-        let mut inst = match idle {
-            Some(mut inst) => {
+        let mut inst = match start {
+            Start::Kept(mut inst) => {
                 inst.store.data_mut().begin(shared);
                 inst.store.set_epoch_deadline(1);
                 inst
             }
-            None => match Instance::new(&m, shared).await {
+            Start::New(room) => match Instance::new(&m, shared, room).await {
                 Ok(inst) => inst,
                 Err(e) => return (None, Err(e)),
             },
@@ -186,10 +229,12 @@ fn run(m: &Arc<Mounted>, idle: Option<Instance>, shared: Shared, req: Copied) ->
 /// it has room.
 fn recycle(m: &Mounted, idle: &Idle, inst: Option<Instance>) {
     let Some(inst) = inst else { return };
-    let mut idle = idle.borrow_mut();
-    if m.reuse && idle.len() < IDLE_MAX && inst.store.data().stderr_len() < STDERR_RECYCLE {
+    let mut list = idle.list.borrow_mut();
+    if m.reuse && list.len() < IDLE_MAX && inst.store.data().stderr_len() < STDERR_RECYCLE {
         if let Some(resting) = Resting::keep(inst) {
-            idle.push(resting);
+            list.push(resting);
+            // A request of this mount waiting for room takes it.
+            idle.returned.notify_one();
         }
     }
 }
@@ -254,8 +299,15 @@ impl Copied {
 pub async fn call(m: Arc<Mounted>, idle: Idle, req: &ModuleRequest<'_>) -> Reply {
     let shared = Shared::default();
     shared.lock().headers = Headers::new(req.headers());
-    let ready = idle.borrow_mut().pop().and_then(Resting::take);
-    let mut running = run(&m, ready, shared.clone(), Copied::new(req));
+    let Some(start) = start(&idle).await else {
+        let busy = wasmtime::format_err!(
+            "all {} instances stayed busy for {} s",
+            engine::instances(),
+            engine::ADMIT_WAIT.as_secs()
+        );
+        return failed(&m, &shared, &busy, None);
+    };
+    let mut running = run(&m, start, shared.clone(), Copied::new(req));
     loop {
         let step = poll_fn(|cx| match poll_guest(&mut running, &shared, cx) {
             Poll::Ready(done) => Poll::Ready(Some(done)),

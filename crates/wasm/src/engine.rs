@@ -54,21 +54,22 @@ pub const ADMIT_WAIT: Duration = Duration::from_secs(10);
 /// Room for one live instance: held by the instance, given back when it is dropped.
 pub type Room = tokio::sync::OwnedSemaphorePermit;
 
-/// Room for a new instance, waiting (parked, holding nothing) while every one of
-/// [`instances`] is alive; `None` after [`ADMIT_WAIT`]. A burst of requests larger
-/// than the pool queues here instead of failing in the allocator.
-pub async fn admit() -> Option<Room> {
+/// The process's room for instances.
+fn rooms() -> &'static Arc<tokio::sync::Semaphore> {
     static ROOM: OnceLock<Arc<tokio::sync::Semaphore>> = OnceLock::new();
-    let room = ROOM
-        .get_or_init(|| Arc::new(tokio::sync::Semaphore::new(instances() as usize)))
-        .clone();
-    match room.clone().try_acquire_owned() {
-        Ok(r) => Some(r),
-        Err(_) => tokio::time::timeout(ADMIT_WAIT, room.acquire_owned())
-            .await
-            .ok()?
-            .ok(),
-    }
+    ROOM.get_or_init(|| Arc::new(tokio::sync::Semaphore::new(instances() as usize)))
+}
+
+/// Room for a new instance now, if one of [`instances`] is free.
+pub fn try_admit() -> Option<Room> {
+    rooms().clone().try_acquire_owned().ok()
+}
+
+/// Room for a new instance, waiting (parked, holding nothing) while every one of
+/// [`instances`] is alive; the caller bounds the wait ([`ADMIT_WAIT`]). A burst of
+/// requests larger than the pool queues here instead of failing in the allocator.
+pub async fn admit() -> Option<Room> {
+    rooms().clone().acquire_owned().await.ok()
 }
 
 static ENGINE: OnceLock<Result<Engine, String>> = OnceLock::new();

@@ -341,6 +341,68 @@ fn a_burst_past_the_instance_limit_waits_for_room_instead_of_failing() {
     s.assert_clean_log(&["misbehave.wasm"]);
 }
 
+#[test]
+fn an_instance_let_go_while_a_request_waits_for_room_goes_to_that_request() {
+    // Two instances in all (one may be kept idle). One streams to a client that does not
+    // read; one waits for the rest of a POST body. A GET of the same mount finds no room
+    // and waits; when the POST ends, its instance is kept idle, holding its room: the
+    // waiting GET must take it (before, it waited out the 10 s and was answered 503).
+    let dir = Server::dir();
+    let s = Server::start_with_env(
+        crate::BIN,
+        dir,
+        &config(""),
+        &[("RAMJET_WASM_INSTANCES", "2")],
+    );
+    let mut stalled = s.client();
+    stalled.send(
+        b"GET /bad/hold HTTP/1.1
+Host: t
+
+",
+    );
+    assert_eq!(stalled.response(true).status, 200);
+    let mut posting = s.client();
+    posting.send(
+        b"POST /w/ HTTP/1.1
+Host: t
+Content-Length: 6
+
+fir",
+    );
+    let mut waiting = std::net::TcpStream::connect(s.addr).unwrap();
+    std::io::Write::write_all(
+        &mut waiting,
+        b"GET /w/ HTTP/1.1
+Host: t
+
+",
+    )
+    .unwrap();
+    waiting
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let early = waiting.peek(&mut [0u8; 1]);
+    assert!(
+        early.as_ref().is_err_and(|e| matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        )),
+        "answered while every instance was busy: {early:?}"
+    );
+    posting.send(b"st\n");
+    let posted = posting.response(false);
+    assert_eq!(posted.status, 200, "{}", posted.text());
+    waiting
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let r = ramjet_testkit::Client::from_stream(waiting).response(false);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().starts_with("Hi, 127.0.0.1!"), "{}", r.text());
+    drop(stalled);
+    s.assert_clean_log(&["misbehave.wasm"]);
+}
+
 /// The context switches of the server's epoch clock thread so far.
 fn clock_switches(s: &Server) -> u64 {
     let tasks = format!("/proc/{}/task", s.pid());
