@@ -295,30 +295,21 @@ fn instances_are_reused_until_one_fails_or_the_mount_says_not_to() {
     }
 }
 
-/// With every instance the process may have busy (`RAMJET_WASM_INSTANCES=2`, two clients
-/// holding endless streamed answers they do not read), another request waits for room rather than
-/// failing, and is answered once one of them lets go.
-#[test]
-fn a_burst_past_the_instance_limit_waits_for_room_instead_of_failing() {
-    let dir = Server::dir();
-    let s = Server::start_with_env(
+/// A server whose process may have two instances alive at once.
+fn two_instances() -> Server {
+    Server::start_with_env(
         crate::BIN,
-        dir,
+        Server::dir(),
         &config(""),
         &[("RAMJET_WASM_INSTANCES", "2")],
-    );
-    let mut stalled: Vec<_> = (0..2)
-        .map(|_| {
-            let mut c = s.client();
-            c.send(b"GET /bad/hold HTTP/1.1\r\nHost: t\r\n\r\n");
-            // The head came: its instance is busy streaming, and stays so unread.
-            assert_eq!(c.response(true).status, 200);
-            c
-        })
-        .collect();
+    )
+}
+
+/// A `GET /w/` sent while every instance is busy: not answered (with a 503) within 300 ms,
+/// it waits for room. Its stream is given back to read the answer from.
+fn waiting_for_room(s: &Server) -> std::net::TcpStream {
     let mut waiting = std::net::TcpStream::connect(s.addr).unwrap();
     std::io::Write::write_all(&mut waiting, b"GET /w/ HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
-    // Not answered (with a 503) while there is no room: it waits.
     waiting
         .set_read_timeout(Some(Duration::from_millis(300)))
         .unwrap();
@@ -330,6 +321,25 @@ fn a_burst_past_the_instance_limit_waits_for_room_instead_of_failing() {
         )),
         "answered while every instance was busy: {early:?}"
     );
+    waiting
+}
+
+/// With every instance the process may have busy (`RAMJET_WASM_INSTANCES=2`, two clients
+/// holding endless streamed answers they do not read), another request waits for room rather than
+/// failing, and is answered once one of them lets go.
+#[test]
+fn a_burst_past_the_instance_limit_waits_for_room_instead_of_failing() {
+    let s = two_instances();
+    let mut stalled: Vec<_> = (0..2)
+        .map(|_| {
+            let mut c = s.client();
+            c.send(b"GET /bad/hold HTTP/1.1\r\nHost: t\r\n\r\n");
+            // The head came: its instance is busy streaming, and stays so unread.
+            assert_eq!(c.response(true).status, 200);
+            c
+        })
+        .collect();
+    let waiting = waiting_for_room(&s);
     drop(stalled.pop());
     let r = ramjet_testkit::Client::from_stream(waiting).response(false);
     assert_eq!(r.status, 200, "{}", r.text());
@@ -347,13 +357,7 @@ fn an_instance_let_go_while_a_request_waits_for_room_goes_to_that_request() {
     // read; one waits for the rest of a POST body. A GET of the same mount finds no room
     // and waits; when the POST ends, its instance is kept idle, holding its room: the
     // waiting GET must take it (before, it waited out the 10 s and was answered 503).
-    let dir = Server::dir();
-    let s = Server::start_with_env(
-        crate::BIN,
-        dir,
-        &config(""),
-        &[("RAMJET_WASM_INSTANCES", "2")],
-    );
+    let s = two_instances();
     let mut stalled = s.client();
     stalled.send(
         b"GET /bad/hold HTTP/1.1
@@ -370,26 +374,7 @@ Content-Length: 6
 
 fir",
     );
-    let mut waiting = std::net::TcpStream::connect(s.addr).unwrap();
-    std::io::Write::write_all(
-        &mut waiting,
-        b"GET /w/ HTTP/1.1
-Host: t
-
-",
-    )
-    .unwrap();
-    waiting
-        .set_read_timeout(Some(Duration::from_millis(300)))
-        .unwrap();
-    let early = waiting.peek(&mut [0u8; 1]);
-    assert!(
-        early.as_ref().is_err_and(|e| matches!(
-            e.kind(),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-        )),
-        "answered while every instance was busy: {early:?}"
-    );
+    let waiting = waiting_for_room(&s);
     posting.send(b"st\n");
     let posted = posting.response(false);
     assert_eq!(posted.status, 200, "{}", posted.text());
