@@ -46,6 +46,22 @@ impl Transport {
         }
     }
 
+    /// Ready when a read may return bytes (or the end): decrypted bytes already held count.
+    #[inline]
+    pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self {
+            Transport::Plain(s) => s.poll_read_ready(cx),
+            Transport::Tls(t) if t.has_plaintext() => Poll::Ready(Ok(())),
+            Transport::Tls(t) => t.socket().poll_read_ready(cx),
+        }
+    }
+
+    /// Ready when the socket takes more.
+    #[inline]
+    pub(crate) fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.socket().poll_write_ready(cx)
+    }
+
     /// Read what is there into `buf`'s spare capacity: `Ok(0)` at the end of the stream,
     /// `WouldBlock` when nothing is.
     #[inline]

@@ -1,16 +1,22 @@
-//! A stream's request body: its DATA frames, with the window given back as they are read.
+//! A stream's request body: its DATA frames as the connection received them, with the
+//! windows opened again as they are read.
 
+use std::future::poll_fn;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
 use ramjet_http1::ErrorKind;
 
+use super::machine::Read;
+use super::Shared;
 use crate::request_body::BodyError;
 
 /// An HTTP/2 request body as `RequestBody` reads it.
 pub(crate) struct StreamBody {
-    recv: h2::RecvStream,
-    /// The declared `content-length` (h2 holds the DATA frames to it).
+    m: Shared,
+    id: u32,
+    /// The declared `content-length` (the connection holds the DATA frames to it).
     declared: Option<u64>,
     max: u64,
     read: u64,
@@ -18,14 +24,16 @@ pub(crate) struct StreamBody {
 }
 
 impl StreamBody {
-    pub(crate) fn new(
-        recv: h2::RecvStream,
+    pub(super) fn new(
+        m: Shared,
+        id: u32,
         declared: Option<u64>,
         max: u64,
         idle: Duration,
     ) -> StreamBody {
         StreamBody {
-            recv,
+            m,
+            id,
             declared,
             max,
             read: 0,
@@ -49,37 +57,34 @@ impl StreamBody {
         loop {
             match self.next().await {
                 Ok(Some(_)) => {}
-                Ok(None) => break,
+                Ok(None) => return true,
                 // Too long to wait for: answer now (the stream is reset after the answer).
                 Err(BodyError::TooLarge) | Err(BodyError::Timeout) => return true,
                 Err(_) => return false,
             }
         }
-        matches!(
-            tokio::time::timeout(self.idle, self.recv.trailers()).await,
-            Ok(Ok(_))
-        )
     }
 
-    /// The next DATA payload, `None` at the end of the stream. The connection's and the
-    /// stream's windows are opened again by what was taken, so the client sends on as
-    /// the handler reads (and no faster).
+    /// The next DATA payload, `None` at the end of the stream (after its trailers, if
+    /// any). The connection's and the stream's windows open again by what was taken, so
+    /// the client sends on as the handler reads (and no faster). The connection polls
+    /// its streams after every read, so no waker is kept.
     pub(crate) async fn next(&mut self) -> Result<Option<Bytes>, BodyError> {
-        loop {
-            let piece = match tokio::time::timeout(self.idle, self.recv.data()).await {
-                Err(_) => return Err(BodyError::Timeout),
-                Ok(None) => return Ok(None),
-                Ok(Some(Err(_))) => return Err(BodyError::Closed),
-                Ok(Some(Ok(p))) => p,
-            };
-            let _ = self.recv.flow_control().release_capacity(piece.len());
-            self.read += piece.len() as u64;
-            if self.read > self.max {
-                return Err(BodyError::TooLarge);
-            }
-            if !piece.is_empty() {
-                return Ok(Some(piece));
-            }
+        let (m, id) = (&self.m, self.id);
+        let read = poll_fn(|_| match m.borrow_mut().read(id) {
+            Read::Wait => Poll::Pending,
+            r => Poll::Ready(r),
+        });
+        let piece = match tokio::time::timeout(self.idle, read).await {
+            Err(_) => return Err(BodyError::Timeout),
+            Ok(Read::Data(b)) => b,
+            Ok(Read::End) => return Ok(None),
+            Ok(_) => return Err(BodyError::Closed),
+        };
+        self.read += piece.len() as u64;
+        if self.read > self.max {
+            return Err(BodyError::TooLarge);
         }
+        Ok(Some(piece))
     }
 }

@@ -1,32 +1,53 @@
 //! HTTP/2 (RFC 9113): a connection that began with the client preface in cleartext (prior
-//! knowledge, "h2c") or chose `h2` by ALPN. The frames, HPACK, flow control and stream
-//! states are the h2 crate's; this module runs each stream through the same stages as an
-//! HTTP/1 request (`stream.rs`), sends responses within the client's windows (`send.rs`),
-//! reads request bodies (`body.rs`), meters what the client sends for floods (`meter.rs`,
-//! on the bytes `io.rs` passes to h2), and ends the connection with GOAWAY when it has
-//! been idle for `timeouts.keepalive`, when the server stops, or on a flood.
+//! knowledge, "h2c") or chose `h2` by ALPN. ramjet's own frame layer: the protocol state
+//! is `machine.rs` (frames, stream states, flow control, without I/O), HPACK `hpack.rs`,
+//! request fields `fields.rs`; this file is the connection's loop, which reads what the
+//! socket has, runs each new stream through the same stages as an HTTP/1 request
+//! (`stream.rs`), frames the queued answers within the client's windows and writes them
+//! (`out.rs`: frames in memory, file ranges by sendfile on a plain socket), all in one
+//! task. It meters what the client sends for floods (`meter.rs`) and ends the connection
+//! with GOAWAY when it has been idle for `timeouts.keepalive`, when the server stops, or
+//! on a flood.
+//!
+//! Why not the h2 crate (which served here first): measured with h2load against one
+//! worker, it spent 27% of the worker's time in its own code and 15% more copying inside
+//! it, wrote one `sendto` per 16 KiB DATA frame, copied file bodies, and held 20.7 KB per
+//! idle connection (`bench/results/2026-11-25-h2/analysis.md`).
 
 mod body;
-mod io;
+mod fields;
+mod frame;
+pub mod fuzz;
+mod hpack;
+mod machine;
 pub mod meter;
+mod out;
 mod send;
 mod stream;
 
 pub(crate) use body::StreamBody;
 pub(crate) use meter::PREFACE;
 
+use std::cell::RefCell;
 use std::future::{poll_fn, Future};
+use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::task::Poll;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
-use h2::Reason;
+use bytes::Bytes;
+use ramjet_observe::Entry;
 use tokio::time::Instant;
 
 use crate::content::Content;
 use crate::transport::Transport;
 use crate::worker::HttpWorker;
+use frame::Code;
+use machine::{Machine, Settings};
+use out::Wrote;
+use stream::LogLine;
 
 /// Streams a client may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS; nginx and
 /// h2o: 128 and 100).
@@ -38,27 +59,23 @@ const MAX_STREAMS: u32 = 128;
 /// times the memory a slow reader can be made to hold.
 const STREAM_WINDOW: u32 = 1 << 20;
 const CONNECTION_WINDOW: u32 = 4 << 20;
-/// Bytes a stream may have queued in h2 beyond what the socket took.
-const SEND_BUFFER: usize = 256 * 1024;
-/// After a flood's GOAWAY, how long the connection may take to end.
-const FLOOD_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
-/// After a GOAWAY with no stream left, how long the client has to answer h2's PING (the
-/// second GOAWAY follows it) and close; then the connection is dropped.
-const GOAWAY_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+/// After a GOAWAY (or a connection error) with nothing left to send, how long the client
+/// has to close before the connection is dropped; also how long a flood's GOAWAY may take.
+const GOAWAY_GRACE: Duration = Duration::from_secs(2);
+/// Most reads in one turn of the loop, before other connections get theirs.
+const READS_PER_TURN: usize = 16;
 
-/// The server side of h2 as ramjet runs it: its SETTINGS and limits (`max_head`: the
-/// largest header list, decoded, as for an HTTP/1 head). Public for the fuzz target.
-pub fn builder(max_head: usize) -> h2::server::Builder {
-    let mut b = h2::server::Builder::new();
-    b.max_concurrent_streams(MAX_STREAMS)
-        .initial_window_size(STREAM_WINDOW)
-        .initial_connection_window_size(CONNECTION_WINDOW)
-        .max_send_buffer_size(SEND_BUFFER)
-        .max_header_list_size(max_head.min(u32::MAX as usize) as u32);
-    b
+pub(super) type Shared = Rc<RefCell<Machine<Box<LogLine>>>>;
+type Task<'w> = Pin<Box<dyn Future<Output = ()> + 'w>>;
+type Warming = Pin<Box<dyn Future<Output = (u32, u64, Option<Bytes>)>>>;
+
+/// How the loop ended.
+enum End {
+    /// The client closed or the socket failed: nothing more can be written.
+    Gone,
+    /// Everything is written: close politely.
+    Close,
 }
-
-type StreamTask<'w> = Pin<Box<dyn Future<Output = ()> + 'w>>;
 
 /// Serve an HTTP/2 connection on `transport` until it ends. `prefix`: the bytes already
 /// read from it (the preface, and maybe more frames). `refuse`: the client is over
@@ -66,7 +83,7 @@ type StreamTask<'w> = Pin<Box<dyn Future<Output = ()> + 'w>>;
 /// is sent GOAWAY at once.
 pub(crate) async fn serve<C: Content>(
     w: &HttpWorker<C>,
-    transport: Transport,
+    mut transport: Transport,
     prefix: Vec<u8>,
     peer: SocketAddr,
     listener: u16,
@@ -74,130 +91,391 @@ pub(crate) async fn serve<C: Content>(
 ) {
     let mut gen = w.current();
     let mut seen = w.generation.get();
-    let io = io::Io::new(transport, prefix);
-    let flood = io.flood.clone();
     let info = stream::ConnInfo {
         peer,
         listener: w.listener(listener),
-        secure: io.transport().is_tls(),
+        secure: transport.is_tls(),
         refuse,
     };
     let timeouts = gen.config.timeouts;
-    let builder = builder(gen.config.limits.http1.max_head);
-    let mut conn = match tokio::time::timeout(timeouts.header, builder.handshake(io)).await {
-        Ok(Ok(c)) => c,
-        _ => return,
-    };
+    let m: Shared = Rc::new(RefCell::new(Machine::new(
+        Settings {
+            max_streams: MAX_STREAMS,
+            stream_window: STREAM_WINDOW,
+            connection_window: CONNECTION_WINDOW,
+            max_head: gen.config.limits.http1.max_head,
+        },
+        !transport.is_tls(),
+    )));
     w.stats.http2_connections.add(1);
-    let mut streams: FuturesUnordered<StreamTask<'_>> = FuturesUnordered::new();
-    let idle = tokio::time::sleep(timeouts.keepalive);
-    tokio::pin!(idle);
+    let mut meter = meter::Meter::new();
+    let mut input = Input {
+        buf: prefix,
+        start: 0,
+    };
+    let mut tasks: Vec<Task<'_>> = Vec::new();
+    let mut warming: Vec<Warming> = Vec::new();
+    let mut eof = false;
+    let mut flooded = false;
+    if let Err(f) = meter.feed(&input.buf, std::time::Instant::now) {
+        flood(w, &m, peer, f);
+        flooded = true;
+    }
+    input.consume(&m);
+    let mut quiet_since = Instant::now();
+    let mut was_active = false;
+    let mut write_blocked: Option<Instant> = None;
+    let mut closing: Option<Instant> = None;
+    let mut deadline = Instant::now() + timeouts.header;
+    let timer = tokio::time::sleep_until(deadline);
+    tokio::pin!(timer);
     let shutdown = w.shutdown.notified();
     tokio::pin!(shutdown);
     shutdown.as_mut().enable();
-    let mut going_away = false;
-    if refuse {
-        conn.graceful_shutdown();
-        going_away = true;
-        idle.as_mut().reset(Instant::now() + GOAWAY_GRACE);
-    }
-    let mut flooded: Option<Instant> = None;
-    enum Event {
-        /// The connection ended (`None`: closed; an error: h2 sent its GOAWAY).
-        Ended(Option<Result<(), h2::Error>>),
-        Idle,
-        Stop,
-        Flood(meter::Flood),
-        /// A connection that was told to go away has had its time.
-        Over,
-    }
-    loop {
-        if w.stopping.get() && !going_away {
-            conn.graceful_shutdown();
-            going_away = true;
-            idle.as_mut().reset(Instant::now() + GOAWAY_GRACE);
-        }
-        let event = poll_fn(|cx| {
-            // Every frame that has arrived is read before any stream runs: a request's
-            // later frames (its trailers, a reset) are known before it is answered, and
-            // all the requests of one read are accepted before the first answer is sent.
-            let accepted = loop {
-                if flooded.is_none() {
-                    if let Some(f) = flood.get() {
-                        break Some(Event::Flood(f));
+    let mut ended = Vec::new();
+
+    let end = poll_fn(|cx: &mut Context<'_>| loop {
+        let mut progress = false;
+        // Read everything the socket has, frame by frame.
+        if !eof && !flooded && m.borrow().failed.is_none() {
+            for _ in 0..READS_PER_TURN {
+                input.make_room();
+                let before = input.buf.len();
+                match transport.try_read_buf(&mut input.buf) {
+                    Ok(0) => {
+                        eof = true;
+                        break;
                     }
-                }
-                match conn.poll_accept(cx) {
-                    Poll::Ready(Some(Ok((request, respond)))) => {
-                        if w.generation.get() != seen {
-                            gen = w.current();
-                            seen = w.generation.get();
+                    Ok(_) => {
+                        progress = true;
+                        if let Err(f) = meter.feed(&input.buf[before..], std::time::Instant::now) {
+                            flood(w, &m, peer, f);
+                            flooded = true;
+                            break;
                         }
-                        w.stats.http2_streams.add(1);
-                        streams.push(Box::pin(stream::serve(
-                            w,
-                            gen.clone(),
-                            request,
-                            respond,
-                            info,
-                        )));
+                        input.consume(&m);
                     }
-                    Poll::Ready(other) => break Some(Event::Ended(other.map(|r| r.map(|_| ())))),
-                    Poll::Pending => break None,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        match transport.poll_read_ready(cx) {
+                            Poll::Ready(Ok(())) => continue,
+                            Poll::Ready(Err(_)) => eof = true,
+                            Poll::Pending => {}
+                        }
+                        break;
+                    }
+                    Err(_) => {
+                        eof = true;
+                        break;
+                    }
                 }
-            };
-            let mut finished = false;
-            while let Poll::Ready(Some(())) = streams.poll_next_unpin(cx) {
-                finished = true;
-            }
-            if let Some(e) = accepted {
-                return Poll::Ready(e);
-            }
-            if let Some(at) = flooded {
-                if at.elapsed() >= FLOOD_LINGER {
-                    return Poll::Ready(Event::Over);
-                }
-            }
-            if !going_away && shutdown.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Event::Stop);
-            }
-            if streams.is_empty() {
-                if finished {
-                    let wait = if going_away {
-                        GOAWAY_GRACE
-                    } else {
-                        timeouts.keepalive
-                    };
-                    idle.as_mut().reset(Instant::now() + wait);
-                }
-                if idle.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(if going_away { Event::Over } else { Event::Idle });
-                }
-            } else if flooded.is_some() && idle.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Event::Over);
-            }
-            Poll::Pending
-        })
-        .await;
-        match event {
-            Event::Ended(Some(Err(e))) => {
-                tracing::debug!("{peer}: HTTP/2 connection ended: {e}");
-                break;
-            }
-            Event::Ended(_) | Event::Over => break,
-            Event::Idle | Event::Stop => {
-                conn.graceful_shutdown();
-                going_away = true;
-                idle.as_mut().reset(Instant::now() + GOAWAY_GRACE);
-            }
-            Event::Flood(f) => {
-                tracing::warn!("{peer}: {}: closing the connection (GOAWAY)", f.as_str());
-                w.stats.http2_floods.add(1);
-                conn.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
-                going_away = true;
-                flooded = Some(Instant::now());
-                idle.as_mut().reset(Instant::now() + FLOOD_LINGER);
             }
         }
+        // New streams: each runs at once; most are answered before this returns.
+        loop {
+            let Some(new) = m.borrow_mut().new.pop_front() else {
+                break;
+            };
+            progress = true;
+            if w.generation.get() != seen {
+                gen = w.current();
+                seen = w.generation.get();
+            }
+            w.stats.http2_streams.add(1);
+            let mut t: Task<'_> = Box::pin(stream::serve(w, gen.clone(), m.clone(), new, info));
+            if t.as_mut().poll(cx).is_pending() {
+                tasks.push(t);
+            }
+            if refuse {
+                m.borrow_mut().go_away();
+            }
+        }
+        let mut i = 0;
+        while i < tasks.len() {
+            if tasks[i].as_mut().poll(cx).is_ready() {
+                drop(tasks.swap_remove(i));
+                progress = true;
+            } else {
+                i += 1;
+            }
+        }
+        // File ranges not in the page cache are read on the blocking pool.
+        for job in std::mem::take(&mut m.borrow_mut().warm) {
+            warming.push(Box::pin(async move {
+                let (file, offset, len) = (job.file, job.offset, job.len);
+                let data = ramjet_observe::stats::blocking(move || {
+                    use std::os::unix::fs::FileExt;
+                    let mut buf = vec![0u8; len];
+                    let n = file.read_at(&mut buf, offset)?;
+                    buf.truncate(n);
+                    Ok::<_, io::Error>(Bytes::from(buf))
+                })
+                .await;
+                (job.id, offset, data.ok().and_then(|r| r.ok()))
+            }));
+        }
+        let mut i = 0;
+        while i < warming.len() {
+            if let Poll::Ready((id, offset, data)) = warming[i].as_mut().poll(cx) {
+                drop(warming.swap_remove(i));
+                m.borrow_mut().warmed(id, offset, data);
+                progress = true;
+            } else {
+                i += 1;
+            }
+        }
+        // Streams that ended: counters and the access log.
+        std::mem::swap(&mut ended, &mut m.borrow_mut().ended);
+        if !ended.is_empty() {
+            record(w, peer, &mut ended);
+        }
+        // Frame what the windows allow and write it.
+        {
+            let mut mm = m.borrow_mut();
+            let before = mm.out.pending();
+            mm.schedule(std::time::Instant::now);
+            if mm.out.pending() > before {
+                progress = true;
+            }
+            if !mm.out.is_empty() {
+                match mm.out.write(&transport) {
+                    Ok(Wrote::All) => {
+                        write_blocked = None;
+                        progress = true;
+                    }
+                    Ok(Wrote::Blocked) => {
+                        if mm.out.pending() < before {
+                            progress = true;
+                        }
+                        match transport.poll_write_ready(cx) {
+                            Poll::Ready(Ok(())) => progress = true,
+                            Poll::Ready(Err(_)) => return Poll::Ready(End::Gone),
+                            Poll::Pending => {
+                                write_blocked.get_or_insert_with(Instant::now);
+                            }
+                        }
+                    }
+                    Err(_) => return Poll::Ready(End::Gone),
+                }
+            }
+        }
+        if progress {
+            continue;
+        }
+        // Nothing more to do now: see whether the connection is over, or wait.
+        let (active, out_empty, failed, going_away, client_left, greeted) = {
+            let mm = m.borrow();
+            (
+                mm.open_streams() > 0 || !tasks.is_empty(),
+                mm.out.is_empty(),
+                mm.failed.is_some(),
+                mm.going_away.is_some(),
+                mm.client_left,
+                mm.greeted(),
+            )
+        };
+        if eof {
+            return Poll::Ready(End::Gone);
+        }
+        if (failed || flooded) && out_empty {
+            return Poll::Ready(End::Close);
+        }
+        if (going_away || client_left) && !active && out_empty {
+            return Poll::Ready(End::Close);
+        }
+        if !going_away && (w.stopping.get() || shutdown.as_mut().poll(cx).is_ready()) {
+            m.borrow_mut().go_away();
+            continue;
+        }
+        if was_active && !active {
+            quiet_since = Instant::now();
+            input.release(w);
+            m.borrow_mut().out.release();
+        }
+        was_active = active;
+        // The next time something must happen.
+        let now = Instant::now();
+        let mut next = if active {
+            now + timeouts.keepalive.max(timeouts.send) * 4
+        } else if greeted {
+            quiet_since + timeouts.keepalive
+        } else {
+            quiet_since + timeouts.header
+        };
+        if failed || flooded || going_away {
+            let at = *closing.get_or_insert(now + GOAWAY_GRACE);
+            next = next.min(at);
+        }
+        let stalled = m.borrow().stalled_since().map(Instant::from_std);
+        if let Some(s) = stalled {
+            next = next.min(s + timeouts.send);
+        }
+        if let Some(b) = write_blocked {
+            next = next.min(b + timeouts.send);
+        }
+        if next != deadline {
+            deadline = next;
+            timer.as_mut().reset(deadline);
+        }
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        // A deadline passed.
+        if closing.is_some_and(|c| c <= now) {
+            return Poll::Ready(End::Gone);
+        }
+        if write_blocked.is_some_and(|b| b + timeouts.send <= now) {
+            // The client stopped reading.
+            return Poll::Ready(End::Gone);
+        }
+        if let Some(s) = stalled {
+            if s + timeouts.send <= now {
+                // Streams whose client opened no window for `timeouts.send`.
+                m.borrow_mut()
+                    .reset_stalled((now - timeouts.send).into_std());
+            }
+        }
+        if !active && now >= deadline {
+            if greeted {
+                m.borrow_mut().go_away();
+            } else {
+                return Poll::Ready(End::Gone);
+            }
+        }
+        // Re-arm the timer on the next turn.
+        deadline = now;
+    })
+    .await;
+    drop(tasks);
+    let ended_last = std::mem::take(&mut m.borrow_mut().ended);
+    let mut ended_last = ended_last;
+    record(w, peer, &mut ended_last);
+    if let End::Close = end {
+        close(&mut transport, &m, timeouts.send).await;
     }
+}
+
+/// Where the reading is: the buffer and the first byte not yet framed.
+struct Input {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl Input {
+    /// Room for the next read: what was framed is dropped, and the buffer grows when a
+    /// frame longer than it is coming.
+    fn make_room(&mut self) {
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        let want = match frame::Head::parse(&self.buf) {
+            Some(h) => (9 + h.len).max(4096),
+            None => 4096,
+        };
+        if self.buf.capacity() < want || self.buf.capacity() - self.buf.len() < 1024 {
+            self.buf
+                .reserve(want.max(self.buf.len() + 4096) - self.buf.len());
+        }
+    }
+
+    fn consume(&mut self, m: &Shared) {
+        let used = m.borrow_mut().receive(&self.buf[self.start..]);
+        self.start += used;
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        }
+    }
+
+    /// While the connection is quiet its buffer goes back to the worker.
+    fn release<C: Content>(&mut self, w: &HttpWorker<C>) {
+        if self.start == self.buf.len() {
+            let buf = std::mem::take(&mut self.buf);
+            self.start = 0;
+            w.give_buffer(buf);
+        }
+    }
+}
+
+fn flood<C: Content>(w: &HttpWorker<C>, m: &Shared, peer: SocketAddr, f: meter::Flood) {
+    tracing::warn!("{peer}: {}: closing the connection (GOAWAY)", f.as_str());
+    w.stats.http2_floods.add(1);
+    m.borrow_mut().fail(Code::ENHANCE_YOUR_CALM);
+}
+
+/// Count and log streams that ended.
+fn record<C: Content>(
+    w: &HttpWorker<C>,
+    peer: SocketAddr,
+    ended: &mut Vec<machine::Ended<Box<LogLine>>>,
+) {
+    let mut log = w.log.borrow_mut();
+    for e in ended.drain(..) {
+        w.stats.request(e.slot, e.status, e.sent);
+        let Some(l) = e.log else {
+            continue;
+        };
+        if !log.enabled() {
+            continue;
+        }
+        let micros = if log.wants_duration() {
+            l.started.elapsed().as_micros() as u64
+        } else {
+            0
+        };
+        log.record(&Entry {
+            remote: peer.ip(),
+            unix_secs: l.unix_secs,
+            request_line: &l.bytes[l.line.clone()],
+            host: l.field(&l.host),
+            status: e.status,
+            body_bytes: e.sent,
+            referer: l.field(&l.referer),
+            user_agent: l.field(&l.user_agent),
+            micros,
+            upstream: l.upstream.as_ref(),
+        });
+    }
+}
+
+/// End a connection politely: what is queued (the GOAWAY) goes out, the sending side is
+/// shut, and what the client still sends is read and dropped until it closes or
+/// `GOAWAY_GRACE` passes, so the kernel does not answer it with a reset that could
+/// destroy the last frames before the client reads them.
+async fn close(transport: &mut Transport, m: &Shared, send_timeout: Duration) {
+    let flushed = tokio::time::timeout(send_timeout, async {
+        loop {
+            let r = m.borrow_mut().out.write(transport);
+            match r {
+                Ok(Wrote::All) => return true,
+                Ok(Wrote::Blocked) => {
+                    if transport.writable().await.is_err() {
+                        return false;
+                    }
+                }
+                Err(_) => return false,
+            }
+        }
+    })
+    .await;
+    if !matches!(flushed, Ok(true)) {
+        return;
+    }
+    transport.shutdown().await;
+    let _ = tokio::time::timeout(GOAWAY_GRACE, async {
+        let mut sink = Vec::with_capacity(4096);
+        loop {
+            if transport.readable().await.is_err() {
+                return;
+            }
+            sink.clear();
+            match transport.try_read_buf(&mut sink) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
+        }
+    })
+    .await;
 }

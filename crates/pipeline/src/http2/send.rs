@@ -1,22 +1,26 @@
-//! A response on a stream: its head as HTTP/2 fields (from the same encoder as HTTP/1's,
-//! so a location's headers and lifetimes are the same), its body as DATA frames within
-//! the windows the client opens.
+//! A response on a stream: its head as an HPACK block (from the same encoder as HTTP/1's,
+//! so a location's headers and lifetimes are the same), its body queued on the stream for
+//! the connection to frame within the client's windows.
 
 use std::future::poll_fn;
-use std::time::Duration;
+use std::task::Poll;
 
 use bytes::Bytes;
-use h2::SendStream;
-use http::header::{HeaderMap, HeaderName, HeaderValue};
 use ramjet_config::ResponseHeaders;
 use ramjet_http1::Version;
 
+use super::hpack;
+use super::machine::Chunk;
+use super::Shared;
 use crate::conn::{framing, location_headers, Framing};
 use crate::response::{Body, Part, Response};
 use crate::throttle::Throttle;
 
-/// Most bytes of a file read for one DATA run (the window may grant less).
-const FILE_PIECE: usize = 256 * 1024;
+/// Bytes of a produced body (a backend's, a module's) queued beyond what was framed, before
+/// the producer waits.
+const SEND_BUFFER: u64 = 256 * 1024;
+/// Most bytes admitted at once under a send rate.
+const PACED_PIECE: u64 = 16 * 1024;
 
 /// Fields that belong to one HTTP/1 connection and have no place in HTTP/2 (RFC 9113
 /// §8.2.2).
@@ -32,128 +36,108 @@ fn connection_specific(name: &[u8]) -> bool {
     .any(|n| n.eq_ignore_ascii_case(name))
 }
 
-/// Parse `Name: value\r\n` lines into `map` (lines that are not fields, and fields HTTP/2
-/// forbids, are left out). Values are slices of `block`, not copies.
-pub(super) fn fields_into(block: &Bytes, map: &mut HeaderMap) {
-    let mut at = 0;
-    while at < block.len() {
-        let end = block[at..]
-            .iter()
-            .position(|&b| b == b'\n')
-            .map_or(block.len(), |n| at + n);
-        let line_end = if end > at && block[end - 1] == b'\r' {
-            end - 1
-        } else {
-            end
-        };
-        let line = &block[at..line_end];
-        let from = at;
-        at = end + 1;
+/// Each `Name: value\r\n` line of `block` HTTP/2 allows, as HPACK fields into `out`.
+pub(super) fn fields_into(block: &[u8], out: &mut Vec<u8>) {
+    for line in block.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Some(colon) = line.iter().position(|&b| b == b':') else {
             continue;
         };
         let name = &line[..colon];
-        if connection_specific(name) {
+        if name.is_empty() || connection_specific(name) {
             continue;
         }
-        let mut v = from + colon + 1;
-        let mut w = line_end;
-        while v < w && matches!(block[v], b' ' | b'\t') {
-            v += 1;
-        }
-        while w > v && matches!(block[w - 1], b' ' | b'\t') {
-            w -= 1;
-        }
-        let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(name),
-            HeaderValue::from_maybe_shared(block.slice(v..w)),
-        ) else {
-            continue;
-        };
-        map.append(name, value);
+        let value = line[colon + 1..].trim_ascii();
+        hpack::field_any_case(out, name, value);
     }
 }
 
+/// Slots of the per-worker memory of encoded shared header blocks.
+const ENCODED_SLOTS: usize = 256;
+
+/// A shared header block and its HPACK encoding.
+type Encoded = Option<(Bytes, Vec<u8>)>;
+
 thread_local! {
-    /// This second's `date` value, made once (a clone shares its bytes).
-    static DATE: std::cell::RefCell<(u64, Option<HeaderValue>)> =
-        const { std::cell::RefCell::new((0, None)) };
+    /// Shared header blocks (a cached file's fields, the same for every answer from it)
+    /// already encoded: each slot holds the block itself (so its address cannot be
+    /// reused while it is here) and its HPACK encoding.
+    static ENCODED: std::cell::RefCell<Vec<Encoded>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// The `date` field for the second `unix_secs` (whose HTTP-date is `date`).
-fn date_value(date: &[u8], unix_secs: u64) -> Option<HeaderValue> {
-    DATE.with_borrow_mut(|(secs, value)| {
-        if *secs != unix_secs || value.is_none() {
-            *value = HeaderValue::from_bytes(date).ok();
-            *secs = unix_secs;
+/// `block`'s fields as HPACK into `out`, from the memory of encoded blocks when the same
+/// block was encoded before.
+fn shared_fields_into(block: &Bytes, out: &mut Vec<u8>) {
+    if block.is_empty() {
+        return;
+    }
+    ENCODED.with_borrow_mut(|slots| {
+        if slots.is_empty() {
+            slots.resize_with(ENCODED_SLOTS, || None);
         }
-        value.clone()
+        let slot = &mut slots[(block.as_ptr() as usize >> 4) % ENCODED_SLOTS];
+        if let Some((b, encoded)) = slot {
+            if b.as_ptr() == block.as_ptr() && b.len() == block.len() {
+                out.extend_from_slice(encoded);
+                return;
+            }
+        }
+        let start = out.len();
+        fields_into(block, out);
+        *slot = Some((block.clone(), out[start..].to_vec()));
     })
 }
 
-/// The response head for `r`: status, `server`, `date`, the response's fields (its own
-/// are taken from it), the location's (`extra`), and `content-length` when the body's
-/// length is known.
+/// The response head for `r` as an HPACK block: status, `server`, `date`, the response's
+/// fields (its own are taken from it), the location's (`extra`), and `content-length`
+/// when the body's length is known.
 pub(super) fn head(
     r: &mut Response,
     date: &[u8],
-    unix_secs: u64,
     extra: Option<&ResponseHeaders>,
-) -> http::Response<()> {
-    let mut out = http::Response::new(());
-    *out.status_mut() =
-        http::StatusCode::from_u16(r.status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
-    let map = out.headers_mut();
-    map.reserve(12);
-    map.insert(http::header::SERVER, HeaderValue::from_static("ramjet"));
+    unix_secs: u64,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128 + r.shared_headers.len() + r.headers.len());
+    hpack::status(&mut out, r.status);
+    hpack::field(&mut out, b"server", b"ramjet");
     if !r.own_date {
-        if let Some(d) = date_value(date, unix_secs) {
-            map.insert(http::header::DATE, d);
-        }
+        hpack::field(&mut out, b"date", date);
     }
-    let mut located = Vec::new();
+    shared_fields_into(&r.shared_headers, &mut out);
+    fields_into(&std::mem::take(&mut r.headers), &mut out);
     if let Some(h) = extra {
+        let mut located = Vec::new();
         location_headers(&mut located, r, h, unix_secs);
-    }
-    fields_into(&r.shared_headers, map);
-    fields_into(&Bytes::from(std::mem::take(&mut r.headers)), map);
-    if !located.is_empty() {
-        fields_into(&Bytes::from(located), map);
+        fields_into(&located, &mut out);
     }
     if let Framing::Length(n) = framing(r, Version::Http2) {
-        map.insert(http::header::CONTENT_LENGTH, HeaderValue::from(n));
+        let mut digits = itoa::Buffer::new();
+        hpack::field(&mut out, b"content-length", digits.format(n).as_bytes());
     }
     out
 }
 
-/// The 1xx heads in `block` (complete HTTP/1 heads, one after another) as HTTP/2
-/// informational responses; 100 Continue is not passed on (the stream's own flow control
-/// stands in for it).
-pub(super) fn interim_heads(block: &[u8]) -> Vec<http::Response<()>> {
-    let block = Bytes::copy_from_slice(block);
+/// The 1xx heads in `block` (complete HTTP/1 heads, one after another) as HPACK blocks;
+/// 100 Continue is not passed on (the stream's own flow control stands in for it).
+pub(super) fn interim_heads(block: &[u8]) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let mut at = 0;
     while let Some(n) = block[at..].windows(4).position(|w| w == b"\r\n\r\n") {
-        let head = block.slice(at..at + n + 2);
+        let head = &block[at..at + n + 2];
         at += n + 4;
         let line_end = head.iter().position(|&b| b == b'\n').unwrap_or(head.len());
         let status = head[..line_end]
             .split(|&b| b == b' ')
             .nth(1)
             .and_then(|s| std::str::from_utf8(s).ok()?.parse::<u16>().ok());
-        let Some(status) = status.filter(|s| (101..200).contains(s) && *s != 101) else {
+        let Some(status) = status.filter(|s| (102..200).contains(s)) else {
             continue;
         };
-        let mut r = http::Response::new(());
-        let Ok(code) = http::StatusCode::from_u16(status) else {
-            continue;
-        };
-        *r.status_mut() = code;
-        fields_into(
-            &head.slice((line_end + 1).min(head.len())..),
-            r.headers_mut(),
-        );
-        out.push(r);
+        let mut h = Vec::new();
+        hpack::status(&mut h, status);
+        fields_into(&head[(line_end + 1).min(head.len())..], &mut h);
+        out.push(h);
     }
     out
 }
@@ -163,156 +147,195 @@ pub(super) fn interim_heads(block: &[u8]) -> Vec<http::Response<()>> {
 pub(super) enum Stopped {
     /// The client reset the stream or the connection ended.
     Gone,
-    /// The client opened no window for `timeouts.send`.
-    Stalled,
     /// The body's source failed (a backend, a file that shrank).
     Source,
 }
 
-/// How a body goes out: the stream, the longest wait for a window, the stream's send
-/// rates (`limit_rate` and its kin, per stream as nginx applies them), the bytes sent.
-pub(super) struct Out<'a> {
-    pub tx: &'a mut SendStream<Bytes>,
-    pub idle: Duration,
-    pub throttle: Option<&'a mut Throttle>,
-    pub sent: u64,
-}
-
-/// Send `body`, ending the stream.
-pub(super) async fn body(o: &mut Out<'_>, body: Body) -> Result<(), Stopped> {
-    if let Some(t) = o.throttle.as_deref_mut() {
+/// Queue `body` on stream `id` and end it. Bodies in memory or in files are queued at
+/// once (the connection frames them as windows open); a produced body is pulled while
+/// less than `SEND_BUFFER` of it waits; a send rate admits each piece in turn.
+pub(super) async fn body(
+    m: &Shared,
+    id: u32,
+    body: Body,
+    mut throttle: Option<&mut Throttle>,
+) -> Result<(), Stopped> {
+    if let Some(t) = throttle.as_deref_mut() {
         t.begin_flush();
     }
+    let mut pieces: Vec<Chunk> = Vec::new();
     match body {
-        Body::Empty | Body::Upgrade(_) => end(o.tx),
-        Body::Bytes(b) => bytes(o, b, true).await,
-        Body::File { file, offset, len } => self::file(o, &file, offset, len, true).await,
-        Body::Parts(parts) if parts.is_empty() => end(o.tx),
+        Body::Empty | Body::Upgrade(_) => {}
+        Body::Bytes(b) => pieces.push(Chunk::Bytes(b)),
+        Body::File { file, offset, len } => pieces.push(Chunk::File { file, offset, len }),
         Body::Parts(parts) => {
-            let last = parts.len() - 1;
-            for (i, p) in parts.into_iter().enumerate() {
-                match p {
-                    Part::Bytes(b) => bytes(o, b, i == last).await?,
-                    Part::File { file, offset, len } => {
-                        self::file(o, &file, offset, len, i == last).await?
-                    }
-                }
+            for p in parts {
+                pieces.push(match p {
+                    Part::Bytes(b) => Chunk::Bytes(b),
+                    Part::File { file, offset, len } => Chunk::File { file, offset, len },
+                });
             }
-            Ok(())
         }
         Body::Stream(mut source) => {
             let declared = source.length();
+            let mut sent = 0u64;
             loop {
+                room(m, id).await?;
                 match poll_fn(|cx| source.poll_next(cx)).await {
                     None => break,
                     Some(Err(_)) => return Err(Stopped::Source),
                     Some(Ok(piece)) => {
-                        if declared.is_some_and(|d| o.sent + piece.len() as u64 > d) {
+                        sent += piece.len() as u64;
+                        if declared.is_some_and(|d| sent > d) {
                             return Err(Stopped::Source);
                         }
-                        bytes(o, piece, false).await?;
+                        queue(m, id, Chunk::Bytes(piece), throttle.as_deref_mut()).await?;
                     }
                 }
             }
-            if declared.is_some_and(|d| o.sent != d) {
+            if declared.is_some_and(|d| sent != d) {
                 return Err(Stopped::Source);
             }
-            match source.trailers() {
-                Some(block) => {
-                    let mut map = HeaderMap::new();
-                    fields_into(&block, &mut map);
-                    o.tx.send_trailers(map).map_err(|_| Stopped::Gone)
-                }
-                None => end(o.tx),
-            }
-        }
-    }
-}
-
-fn end(tx: &mut SendStream<Bytes>) -> Result<(), Stopped> {
-    tx.send_data(Bytes::new(), true).map_err(|_| Stopped::Gone)
-}
-
-/// Wait until the stream may send some of `want` bytes (the client's window, then the
-/// send rates); how many.
-async fn capacity(o: &mut Out<'_>, want: usize) -> Result<usize, Stopped> {
-    let tx = &mut *o.tx;
-    tx.reserve_capacity(want);
-    loop {
-        let now = tx.capacity();
-        if now > 0 {
-            let n = now.min(want);
-            return Ok(match o.throttle.as_deref_mut() {
-                Some(t) => t.admit(n as u64).await as usize,
-                None => n,
+            let trailers = source.trailers().map(|block| {
+                let mut h = Vec::new();
+                fields_into(&block, &mut h);
+                h
             });
+            return end(m, id, trailers);
         }
-        match tokio::time::timeout(o.idle, poll_fn(|cx| tx.poll_capacity(cx))).await {
-            Err(_) => return Err(Stopped::Stalled),
-            Ok(None) | Ok(Some(Err(_))) => return Err(Stopped::Gone),
-            Ok(Some(Ok(_))) => {}
-        }
+    }
+    for p in pieces {
+        queue(m, id, p, throttle.as_deref_mut()).await?;
+    }
+    end(m, id, None)
+}
+
+fn end(m: &Shared, id: u32, trailers: Option<Vec<u8>>) -> Result<(), Stopped> {
+    if m.borrow_mut().finish(id, trailers) {
+        Ok(())
+    } else {
+        Err(Stopped::Gone)
     }
 }
 
-async fn bytes(o: &mut Out<'_>, mut b: Bytes, last: bool) -> Result<(), Stopped> {
-    if b.is_empty() {
-        return if last { end(o.tx) } else { Ok(()) };
-    }
-    while !b.is_empty() {
-        let n = capacity(o, b.len()).await?;
-        let piece = b.split_to(n);
-        o.sent += n as u64;
-        o.tx.send_data(piece, last && b.is_empty())
-            .map_err(|_| Stopped::Gone)?;
-    }
-    Ok(())
+/// Wait until less than `SEND_BUFFER` of stream `id`'s body waits to be framed. (The
+/// connection polls its streams whenever it has written or read, so no waker is kept.)
+async fn room(m: &Shared, id: u32) -> Result<(), Stopped> {
+    poll_fn(|_| match m.borrow().queued(id) {
+        None => Poll::Ready(Err(Stopped::Gone)),
+        Some(q) if q < SEND_BUFFER => Poll::Ready(Ok(())),
+        Some(_) => Poll::Pending,
+    })
+    .await
 }
 
-/// A file range, read as the windows allow: from the page cache on the event loop when
-/// it is there, else on the blocking pool (the loop never waits for the disk).
-async fn file(
-    o: &mut Out<'_>,
-    file: &std::sync::Arc<std::fs::File>,
-    mut offset: u64,
-    len: u64,
-    last: bool,
+/// Queue one piece, in steps a send rate admits.
+async fn queue(
+    m: &Shared,
+    id: u32,
+    piece: Chunk,
+    throttle: Option<&mut Throttle>,
 ) -> Result<(), Stopped> {
-    use std::os::unix::fs::FileExt;
-    let end_at = offset + len;
-    if len == 0 {
-        return if last { end(o.tx) } else { Ok(()) };
-    }
-    while offset < end_at {
-        let want = ((end_at - offset) as usize).min(FILE_PIECE);
-        let n = capacity(o, want).await?;
-        let piece = if ramjet_runtime::sys::is_resident(file, offset, n as u64) {
-            let mut buf = vec![0u8; n];
-            let got = file
-                .read_at(&mut buf, offset)
-                .map_err(|_| Stopped::Source)?;
-            buf.truncate(got);
-            buf
+    let Some(t) = throttle else {
+        return if m.borrow_mut().push(id, piece) {
+            Ok(())
         } else {
-            let f = file.clone();
-            ramjet_observe::stats::blocking(move || {
-                let mut buf = vec![0u8; n];
-                let got = f.read_at(&mut buf, offset)?;
-                buf.truncate(got);
-                Ok::<_, std::io::Error>(buf)
-            })
-            .await
-            .map_err(|_| Stopped::Source)?
-            .map_err(|_| Stopped::Source)?
+            Err(Stopped::Gone)
         };
-        if piece.is_empty() {
-            // The file shrank under its head: the body cannot be what it promised.
-            return Err(Stopped::Source);
+    };
+    let mut piece = piece;
+    loop {
+        let left = match &piece {
+            Chunk::Bytes(b) => b.len() as u64,
+            Chunk::File { len, .. } => *len,
+        };
+        if left == 0 {
+            return Ok(());
         }
-        offset += piece.len() as u64;
-        o.sent += piece.len() as u64;
-        o.tx.send_data(Bytes::from(piece), last && offset == end_at)
-            .map_err(|_| Stopped::Gone)?;
+        room(m, id).await?;
+        let n = t.admit(left.min(PACED_PIECE)).await.max(1).min(left);
+        let now = match &mut piece {
+            Chunk::Bytes(b) => Chunk::Bytes(b.split_to(n as usize)),
+            Chunk::File { file, offset, len } => {
+                let c = Chunk::File {
+                    file: file.clone(),
+                    offset: *offset,
+                    len: n,
+                };
+                *offset += n;
+                *len -= n;
+                c
+            }
+        };
+        if !m.borrow_mut().push(id, now) {
+            return Err(Stopped::Gone);
+        }
     }
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decoded(block: &[u8]) -> Vec<(String, String)> {
+        let mut d = hpack::Decoder::new(hpack::TABLE_SIZE);
+        let mut v = Vec::new();
+        d.decode(block, |n, val| {
+            v.push((
+                String::from_utf8_lossy(n).into_owned(),
+                String::from_utf8_lossy(val).into_owned(),
+            ))
+        })
+        .unwrap();
+        v
+    }
+
+    #[test]
+    fn http1_fields_become_lower_case_and_connection_fields_are_dropped() {
+        let mut out = Vec::new();
+        fields_into(
+            b"Content-Type: text/plain\r\nConnection: close\r\nX-A:  b \r\nnot a field\r\nTransfer-Encoding: chunked\r\n",
+            &mut out,
+        );
+        assert_eq!(
+            decoded(&out),
+            [
+                ("content-type".to_string(), "text/plain".to_string()),
+                ("x-a".to_string(), "b".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_shared_block_is_encoded_once_and_a_different_one_is_not_mistaken_for_it() {
+        let a = Bytes::from_static(b"Content-Type: text/plain\r\nETag: \"1\"\r\n");
+        let mut first = Vec::new();
+        shared_fields_into(&a, &mut first);
+        let mut again = Vec::new();
+        shared_fields_into(&a.clone(), &mut again);
+        assert_eq!(first, again);
+        let mut plain = Vec::new();
+        fields_into(&a, &mut plain);
+        assert_eq!(first, plain);
+        // Same length, other bytes, other address.
+        let b = Bytes::from(b"Content-Type: text/plain\r\nETag: \"2\"\r\n".to_vec());
+        let mut other = Vec::new();
+        shared_fields_into(&b, &mut other);
+        assert_eq!(decoded(&other)[1].1, "\"2\"");
+    }
+
+    #[test]
+    fn interim_heads_keep_their_fields_but_not_100_continue() {
+        let blocks = interim_heads(
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n",
+        );
+        assert_eq!(blocks.len(), 1);
+        assert_eq!(
+            decoded(&blocks[0]),
+            [
+                (":status".to_string(), "103".to_string()),
+                ("link".to_string(), "</a.css>; rel=preload".to_string())
+            ]
+        );
+    }
 }

@@ -1,0 +1,318 @@
+//! What an HTTP/2 connection has to write: frames built in memory, payloads shared with a
+//! cache (`Bytes`), and file ranges that go out by `sendfile` on a plain socket. Written
+//! without waiting: each call writes what the socket takes now.
+
+use std::fs::File;
+use std::io::{self, IoSlice};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::outbox::Sink;
+
+/// Most iovecs per writev.
+const MAX_IOV: usize = 64;
+
+enum Seg {
+    Mem {
+        start: usize,
+        end: usize,
+    },
+    Shared(Bytes),
+    File {
+        file: Arc<File>,
+        offset: u64,
+        len: usize,
+    },
+}
+
+impl Seg {
+    fn len(&self) -> usize {
+        match self {
+            Seg::Mem { start, end } => end - start,
+            Seg::Shared(b) => b.len(),
+            Seg::File { len, .. } => *len,
+        }
+    }
+}
+
+/// The bytes waiting for the socket, in order.
+#[derive(Default)]
+pub(crate) struct Out {
+    mem: Vec<u8>,
+    segs: Vec<Seg>,
+    /// The first segment not fully written, and bytes of it written.
+    seg: usize,
+    done: usize,
+    /// Bytes queued and not yet written.
+    pending: usize,
+}
+
+impl std::fmt::Debug for Out {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Out({} bytes)", self.pending)
+    }
+}
+
+/// How far a write got.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Wrote {
+    /// Everything queued is written.
+    All,
+    /// The socket takes no more now.
+    Blocked,
+}
+
+impl Out {
+    /// Bytes still to write.
+    #[inline]
+    pub(crate) fn pending(&self) -> usize {
+        self.pending
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pending == 0
+    }
+
+    /// Append in memory: `write` extends the buffer.
+    #[inline]
+    pub(crate) fn put(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
+        let start = self.mem.len();
+        write(&mut self.mem);
+        let end = self.mem.len();
+        if end == start {
+            return;
+        }
+        self.pending += end - start;
+        if let Some(Seg::Mem { end: e, .. }) = self.segs.last_mut() {
+            if *e == start {
+                *e = end;
+                return;
+            }
+        }
+        self.segs.push(Seg::Mem { start, end });
+    }
+
+    /// Append shared bytes (not copied when large).
+    pub(crate) fn shared(&mut self, b: Bytes) {
+        if b.len() <= 1024 {
+            return self.put(|m| m.extend_from_slice(&b));
+        }
+        self.pending += b.len();
+        self.segs.push(Seg::Shared(b));
+    }
+
+    /// Append a file range (sent by `sendfile`, or read and encrypted under TLS).
+    pub(crate) fn file(&mut self, file: Arc<File>, offset: u64, len: usize) {
+        if len == 0 {
+            return;
+        }
+        self.pending += len;
+        self.segs.push(Seg::File { file, offset, len });
+    }
+
+    /// Give back the memory of an empty buffer (an idle connection holds none).
+    pub(crate) fn release(&mut self) {
+        if self.is_empty() {
+            self.mem = Vec::new();
+            self.segs = Vec::new();
+        }
+    }
+
+    /// Everything queued, as bytes, and the buffer emptied (for tests).
+    #[cfg(test)]
+    pub(crate) fn take_all(&mut self) -> Vec<u8> {
+        use std::os::unix::fs::FileExt;
+        let mut all = Vec::new();
+        for (i, s) in self.segs.iter().enumerate() {
+            let skip = if i == self.seg { self.done } else { 0 };
+            if i < self.seg {
+                continue;
+            }
+            match s {
+                Seg::Mem { start, end } => all.extend_from_slice(&self.mem[start + skip..*end]),
+                Seg::Shared(b) => all.extend_from_slice(&b[skip..]),
+                Seg::File { file, offset, len } => {
+                    let mut buf = vec![0; len - skip];
+                    file.read_exact_at(&mut buf, offset + skip as u64).unwrap();
+                    all.extend_from_slice(&buf);
+                }
+            }
+        }
+        *self = Out::default();
+        all
+    }
+
+    /// Write what the socket takes now.
+    pub(crate) fn write<S: Sink>(&mut self, sink: &S) -> io::Result<Wrote> {
+        loop {
+            if self.seg == self.segs.len() {
+                self.mem.clear();
+                self.segs.clear();
+                self.seg = 0;
+                self.done = 0;
+                if sink.has_held() {
+                    return match sink.try_send_held() {
+                        Ok(()) => Ok(Wrote::All),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Wrote::Blocked),
+                        Err(e) => Err(e),
+                    };
+                }
+                return Ok(Wrote::All);
+            }
+            let attempt = if let Seg::File { file, offset, len } = &self.segs[self.seg] {
+                sink.try_sendfile(file, offset + self.done as u64, len - self.done)
+            } else {
+                let mut iov = [IoSlice::new(&[]); MAX_IOV];
+                let mut n = 0;
+                let mut file_follows = false;
+                for (i, s) in self.segs[self.seg..].iter().enumerate() {
+                    let skip = if i == 0 { self.done } else { 0 };
+                    let slice: &[u8] = match s {
+                        Seg::Mem { start, end } => &self.mem[start + skip..*end],
+                        Seg::Shared(b) => &b[skip..],
+                        Seg::File { .. } => {
+                            file_follows = true;
+                            break;
+                        }
+                    };
+                    iov[n] = IoSlice::new(slice);
+                    n += 1;
+                    if n == MAX_IOV {
+                        break;
+                    }
+                }
+                sink.try_writev(&iov[..n], file_follows)
+            };
+            match attempt {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(mut wrote) => {
+                    self.pending -= wrote;
+                    while wrote > 0 {
+                        let left = self.segs[self.seg].len() - self.done;
+                        if wrote >= left {
+                            wrote -= left;
+                            self.seg += 1;
+                            self.done = 0;
+                        } else {
+                            self.done += wrote;
+                            wrote = 0;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Wrote::Blocked),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::io::Read;
+
+    /// A socket that takes at most `step` bytes per call and records them.
+    struct Taker {
+        step: usize,
+        got: RefCell<Vec<u8>>,
+        calls: RefCell<usize>,
+        block_after: usize,
+    }
+
+    impl Sink for Taker {
+        fn try_writev(&self, iov: &[IoSlice<'_>], _more: bool) -> io::Result<usize> {
+            if *self.calls.borrow() >= self.block_after {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            *self.calls.borrow_mut() += 1;
+            let mut n = 0;
+            for s in iov {
+                let take = s.len().min(self.step - n);
+                self.got.borrow_mut().extend_from_slice(&s[..take]);
+                n += take;
+                if n == self.step {
+                    break;
+                }
+            }
+            Ok(n)
+        }
+        fn try_sendfile(&self, file: &File, offset: u64, len: usize) -> io::Result<usize> {
+            use std::os::unix::fs::FileExt;
+            if *self.calls.borrow() >= self.block_after {
+                return Err(io::ErrorKind::WouldBlock.into());
+            }
+            *self.calls.borrow_mut() += 1;
+            let mut buf = vec![0; len.min(self.step)];
+            let n = file.read_at(&mut buf, offset)?;
+            self.got.borrow_mut().extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        async fn writable(&self, _: std::time::Duration) -> Result<(), crate::outbox::WriteError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn every_byte_goes_out_in_order_however_the_socket_takes_them() {
+        let mut f = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut f, &(0..=255u8).cycle().take(5000).collect::<Vec<_>>())
+            .unwrap();
+        let mut all = Vec::new();
+        f.read_to_end(&mut all).unwrap();
+        let file = Arc::new(f);
+        for step in [1, 7, 100, 4096, 1 << 20] {
+            let mut out = Out::default();
+            let mut want = Vec::new();
+            out.put(|m| m.extend_from_slice(b"head"));
+            out.put(|m| m.extend_from_slice(b"+more"));
+            want.extend_from_slice(b"head+more");
+            let big = Bytes::from(vec![9u8; 3000]);
+            out.shared(big.clone());
+            want.extend_from_slice(&big);
+            out.file(file.clone(), 10, 2000);
+            want.extend_from_slice(&(0..=255u8).cycle().skip(10).take(2000).collect::<Vec<_>>());
+            out.put(|m| m.extend_from_slice(b"tail"));
+            want.extend_from_slice(b"tail");
+            out.file(file.clone(), 0, 0);
+            assert_eq!(out.pending(), want.len());
+            let sink = Taker {
+                step,
+                got: RefCell::new(Vec::new()),
+                calls: RefCell::new(0),
+                block_after: usize::MAX,
+            };
+            assert_eq!(out.write(&sink).unwrap(), Wrote::All);
+            assert_eq!(*sink.got.borrow(), want, "step {step}");
+            assert!(out.is_empty());
+        }
+        let _ = all;
+    }
+
+    #[test]
+    fn a_blocked_socket_keeps_the_rest_for_the_next_write() {
+        let mut out = Out::default();
+        out.put(|m| m.extend_from_slice(&[1u8; 100]));
+        let sink = Taker {
+            step: 30,
+            got: RefCell::new(Vec::new()),
+            calls: RefCell::new(0),
+            block_after: 2,
+        };
+        assert_eq!(out.write(&sink).unwrap(), Wrote::Blocked);
+        assert_eq!(out.pending(), 40);
+        // More queued meanwhile goes after what is left.
+        out.put(|m| m.extend_from_slice(&[2u8; 5]));
+        let sink2 = Taker {
+            step: 1000,
+            got: RefCell::new(Vec::new()),
+            calls: RefCell::new(0),
+            block_after: usize::MAX,
+        };
+        assert_eq!(out.write(&sink2).unwrap(), Wrote::All);
+        let mut want = vec![1u8; 40];
+        want.extend_from_slice(&[2u8; 5]);
+        assert_eq!(*sink2.got.borrow(), want);
+    }
+}
