@@ -233,7 +233,8 @@ pub(crate) async fn serve<C: Content>(
             let mut mm = m.borrow_mut();
             let before = mm.out.pending();
             mm.schedule(std::time::Instant::now);
-            if mm.out.pending() > before {
+            // More framed, or a file range to read ahead (its job starts on the next turn).
+            if mm.out.pending() > before || !mm.warm.is_empty() {
                 progress = true;
             }
             if !mm.out.is_empty() {

@@ -919,6 +919,40 @@ fn a_reload_applies_to_the_next_stream_of_an_open_connection() {
     s.assert_clean_log(&[]);
 }
 
+/// A file that is not in the page cache is read ahead on the blocking pool, piece by
+/// piece, and still sent whole. The client opens windows for all of it at once (as h2load
+/// does) and sends nothing more, so nothing but the read-ahead itself wakes the
+/// connection: a read-ahead that is lost leaves the stream waiting (here, past the
+/// client's 10 s read timeout).
+#[test]
+fn a_file_not_in_the_page_cache_is_read_ahead_and_sent_whole() {
+    // Past what the static handler reads ahead before it answers (8 MiB).
+    let big = crate::bytes(24 << 20, 31);
+    let s = server(&[("cold.bin", &big)], "");
+    for round in 0..3u32 {
+        let f = std::fs::File::open(s.root().join("cold.bin")).unwrap();
+        f.sync_all().unwrap();
+        ramjet_runtime::sys::drop_from_page_cache(&f).unwrap();
+        let mut r = Raw::open(s.addr);
+        let mut first = frame(SETTINGS, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]);
+        first.extend(frame(
+            WINDOW_UPDATE,
+            0,
+            0,
+            &(0x7fff_ffffu32 - 65_535).to_be_bytes(),
+        ));
+        first.extend(frame(
+            HEADERS,
+            END_HEADERS | END_STREAM,
+            1,
+            &get("/cold.bin"),
+        ));
+        r.send(&first);
+        assert_eq!(r.body_of(1), Some(big.len()), "round {round}");
+    }
+    s.assert_clean_log(&[]);
+}
+
 #[test]
 fn a_client_that_leaves_mid_download_leaves_nothing_open() {
     let big = crate::bytes(8 << 20, 3);
