@@ -90,6 +90,14 @@ pub(crate) fn head(out: &mut Vec<u8>, len: usize, kind: u8, flags: u8, stream: u
     out.extend_from_slice(&[l[1], l[2], l[3], kind, flags, s[0], s[1], s[2], s[3]]);
 }
 
+/// A frame header as bytes.
+#[inline]
+pub(crate) fn head_bytes(len: usize, kind: u8, flags: u8, stream: u32) -> [u8; 9] {
+    let l = (len as u32).to_be_bytes();
+    let s = stream.to_be_bytes();
+    [l[1], l[2], l[3], kind, flags, s[0], s[1], s[2], s[3]]
+}
+
 /// SETTINGS with `values` (identifier, value).
 pub(crate) fn settings(out: &mut Vec<u8>, values: &[(u16, u32)]) {
     head(out, values.len() * 6, SETTINGS, 0, 0);

@@ -38,8 +38,9 @@ const MAX_BLOCK: usize = 256 * 1024;
 const CLOSED_KEPT: usize = 64;
 /// How much the scheduler queues for the socket before it waits for the socket.
 pub(crate) const OUT_HIGH: usize = 512 * 1024;
-/// Below this many bytes a DATA payload from a file is copied next to its frame header.
-const SENDFILE_MIN: usize = 4096;
+/// Frames of a file read into memory at once (one `preadv2`), where files are copied
+/// (under TLS, which encrypts them anyway).
+const FILE_BATCH: usize = 4;
 
 /// A request that opened a stream.
 #[derive(Debug)]
@@ -944,7 +945,15 @@ impl<L> Machine<L> {
             Chunk::Bytes(b) => b.len() as u64,
             Chunk::File { len, .. } => *len,
         };
-        let n = (window as u64).min(max_frame as u64).min(avail) as usize;
+        // A file copied into memory goes several frames at a time (one read for them);
+        // otherwise a frame per turn.
+        let copy_file = matches!(front, Chunk::File { .. }) && !self.sendfile;
+        let most = if copy_file {
+            FILE_BATCH * max_frame
+        } else {
+            max_frame
+        };
+        let n = (window as u64).min(most as u64).min(avail) as usize;
         // The last piece carries END_STREAM when nothing else (trailers) follows.
         let last_piece = n as u64 == avail && s.queue.len() == 1 && matches!(s.finish, Some(None));
         let flags = if last_piece { frame::END_STREAM } else { 0 };
@@ -954,6 +963,58 @@ impl<L> Machine<L> {
                 let piece = b.split_to(n);
                 self.out.put(|o| frame::head(o, n, frame::DATA, flags, id));
                 self.out.shared(piece);
+            }
+            Some(Chunk::File { file, offset, len }) if copy_file => {
+                // Frame headers and payload slots laid out in the output, the payloads read
+                // into them in one call, from the page cache only.
+                let mut read = None;
+                let at = *offset;
+                self.out.put(|o| {
+                    let base = o.len();
+                    let frames = n.div_ceil(max_frame);
+                    o.resize(base + n + 9 * frames, 0);
+                    let mut slots: [std::io::IoSliceMut<'_>; FILE_BATCH] =
+                        std::array::from_fn(|_| std::io::IoSliceMut::new(&mut []));
+                    let mut rest = &mut o[base..];
+                    let mut left = n;
+                    for (k, slot) in slots.iter_mut().enumerate().take(frames) {
+                        let m = left.min(max_frame);
+                        left -= m;
+                        let f = if k == frames - 1 { flags } else { 0 };
+                        let (head, tail) = rest.split_at_mut(9);
+                        head.copy_from_slice(&frame::head_bytes(m, frame::DATA, f, id));
+                        let (payload, tail) = tail.split_at_mut(m);
+                        *slot = std::io::IoSliceMut::new(payload);
+                        rest = tail;
+                    }
+                    read =
+                        ramjet_runtime::sys::read_vectored_cached(file, &mut slots[..frames], at);
+                    if read != Some(n) {
+                        o.truncate(base);
+                    }
+                });
+                match read {
+                    Some(got) if got == n => {
+                        *offset += n as u64;
+                        *len -= n as u64;
+                    }
+                    Some(_) => {
+                        // The file shrank under its head: the stream cannot end as promised.
+                        self.stream_error(id, Code::INTERNAL_ERROR);
+                        return Sent::Closed;
+                    }
+                    None => {
+                        // Not in the page cache: read ahead on the blocking pool first.
+                        s.warming = true;
+                        self.warm.push(Warm {
+                            id,
+                            file: file.clone(),
+                            offset: at,
+                            len: (*len).min(256 << 10) as usize,
+                        });
+                        return Sent::Nothing;
+                    }
+                }
             }
             Some(Chunk::File { file, offset, len }) => {
                 if s.resident < n as u64 {
@@ -975,27 +1036,8 @@ impl<L> Machine<L> {
                 let (f, at) = (file.clone(), *offset);
                 *offset += n as u64;
                 *len -= n as u64;
-                if self.sendfile && n >= SENDFILE_MIN {
-                    self.out.put(|o| frame::head(o, n, frame::DATA, flags, id));
-                    self.out.file(f, at, n);
-                } else {
-                    let mut failed = false;
-                    self.out.put(|o| {
-                        frame::head(o, n, frame::DATA, flags, id);
-                        let from = o.len();
-                        o.resize(from + n, 0);
-                        use std::os::unix::fs::FileExt;
-                        if f.read_exact_at(&mut o[from..], at).is_err() {
-                            failed = true;
-                        }
-                    });
-                    if failed {
-                        // The file shrank under its head: what is framed is wrong now, and
-                        // the stream cannot end as promised.
-                        self.fail(Code::INTERNAL_ERROR);
-                        return Sent::Nothing;
-                    }
-                }
+                self.out.put(|o| frame::head(o, n, frame::DATA, flags, id));
+                self.out.file(f, at, n);
             }
             None => return Sent::Nothing,
         }

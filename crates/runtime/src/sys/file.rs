@@ -169,6 +169,29 @@ pub fn read_at_cached(file: &File, offset: u64, len: usize) -> Option<Vec<u8>> {
     Some(buf)
 }
 
+/// Fill `bufs` in turn from `file` at `offset` in one system call where it can
+/// (`preadv2`), from the page cache only (`RWF_NOWAIT`): the bytes read (fewer only where
+/// the file ends), or `None` when some of them are not cached. Safe on the event loop.
+pub fn read_vectored_cached(
+    file: &File,
+    mut bufs: &mut [io::IoSliceMut<'_>],
+    offset: u64,
+) -> Option<usize> {
+    let mut done = 0;
+    while !bufs.is_empty() {
+        let flags = rustix::io::ReadWriteFlags::NOWAIT;
+        match rustix::io::preadv2(file, bufs, offset + done as u64, flags) {
+            Ok(0) => break,
+            Ok(n) => {
+                done += n;
+                io::IoSliceMut::advance_slices(&mut bufs, n);
+            }
+            Err(_) => return None,
+        }
+    }
+    Some(done)
+}
+
 /// Up to `len` bytes of `file` from `offset` (fewer where the file ends), waiting for the
 /// disk: for the blocking pool.
 pub fn read_at(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
