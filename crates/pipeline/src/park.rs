@@ -36,6 +36,13 @@ pub(crate) const PARK_AFTER: Duration = Duration::from_millis(1000);
 const TRIM_AFTER: usize = 1024;
 const TRIM_EVERY: Duration = Duration::from_secs(1);
 
+/// A connection the lot could not take, given back to be served on.
+pub(crate) type ParkRefused = (
+    TcpStream,
+    Option<ClientConnection>,
+    Option<Box<crate::http2::Idle>>,
+);
+
 /// A parked connection.
 pub(crate) struct Parked {
     pub(crate) stream: std::net::TcpStream,
@@ -43,6 +50,8 @@ pub(crate) struct Parked {
     pub(crate) listener: u16,
     /// Its place in `limits.max_connections_per_client`, kept while parked.
     pub(crate) client: Option<ClientConnection>,
+    /// An HTTP/2 connection's state (about 1 KiB with the client's HPACK table).
+    pub(crate) h2: Option<Box<crate::http2::Idle>>,
 }
 
 struct Slot {
@@ -92,19 +101,17 @@ impl Lot {
             .as_ref()
     }
 
-    /// Park an idle connection until it is readable or `deadline` passes. `Err` gives it
-    /// back when it cannot be parked (serve it on in a task).
+    /// Park an idle connection until it is readable or its deadline passes. `Err` gives
+    /// it back when it cannot be parked (serve it on in a task).
     pub(crate) fn park<C: Content>(
         &self,
         w: &Rc<HttpWorker<C>>,
-        stream: TcpStream,
-        peer: SocketAddr,
-        listener: u16,
-        deadline: Instant,
+        rest: crate::conn::Rest,
         client: Option<ClientConnection>,
-    ) -> Result<(), (TcpStream, Option<ClientConnection>)> {
+    ) -> Result<(), ParkRefused> {
+        let (stream, peer, listener, deadline, h2) = rest;
         let Some(set) = self.set() else {
-            return Err((stream, client));
+            return Err((stream, client, h2));
         };
         // Leaves tokio's epoll set (the socket stays non-blocking).
         let Ok(std) = stream.into_std() else {
@@ -132,7 +139,7 @@ impl Lot {
         {
             self.free.borrow_mut().push(index);
             return match TcpStream::from_std(std) {
-                Ok(s) => Err((s, client)),
+                Ok(s) => Err((s, client, h2)),
                 Err(_) => Ok(()),
             };
         }
@@ -144,6 +151,7 @@ impl Lot {
             peer,
             listener,
             client,
+            h2,
         });
         drop(slots);
         self.parked.set(self.parked.get() + 1);
@@ -217,10 +225,10 @@ async fn run<C: Content>(w: Rc<HttpWorker<C>>) {
         if w.stopping.get() {
             let all = lot.take_all();
             w.count_parked(-(all.len() as isize));
-            if w.handing_over() {
-                // An upgrade: each goes back to a task, which finds the worker stopping
-                // and hands it to the new process.
-                for p in all {
+            // An upgrade: each goes back to a task, which finds the worker stopping and
+            // hands it to the new process. An HTTP/2 connection's task sends it GOAWAY.
+            for p in all {
+                if w.handing_over() || p.h2.is_some() {
                     tokio::task::spawn_local(w.clone().resume(p));
                 }
             }
@@ -274,9 +282,13 @@ async fn run<C: Content>(w: Rc<HttpWorker<C>>) {
                         let keepalive = w.current().config.timeouts.keepalive;
                         let again = now + keepalive.max(Duration::from_millis(100));
                         lot.expiry.borrow_mut().push_back((again, index, seq));
-                    } else if lot.take(key(index, seq)).is_some() {
-                        // Dropping the socket closes it: the keep-alive time is up.
+                    } else if let Some(p) = lot.take(key(index, seq)) {
+                        // Dropping the socket closes it: the keep-alive time is up. An
+                        // HTTP/2 connection is told so first (GOAWAY), by its task.
                         w.count_parked(-1);
+                        if p.h2.is_some() {
+                            tokio::task::spawn_local(w.clone().resume(p));
+                        }
                     }
                 }
                 _ => break,

@@ -260,20 +260,18 @@ impl<C: Content> HttpWorker<C> {
 
     /// Park a connection that went idle (or go on serving it if it cannot be parked).
     fn park(self: &Rc<Self>, rest: crate::conn::Rest, client: Option<ClientConnection>) {
-        let (stream, peer, listener, deadline) = rest;
+        let (peer, listener) = (rest.1, rest.2);
         if self.stopping.get() {
             // Shutting down: an idle connection is closed, not parked; in an upgrade its
-            // task goes on, to hand it over.
-            if self.handing_over() {
-                tokio::task::spawn_local(self.clone().serve_on(stream, peer, listener, client));
+            // task goes on, to hand it over. An HTTP/2 one is told to go away.
+            let (stream, h2) = (rest.0, rest.4);
+            if self.handing_over() || h2.is_some() {
+                tokio::task::spawn_local(self.clone().serve_on(stream, peer, listener, client, h2));
             }
             return;
         }
-        if let Err((stream, client)) = self
-            .lot
-            .park(self, stream, peer, listener, deadline, client)
-        {
-            tokio::task::spawn_local(self.clone().serve_on(stream, peer, listener, client));
+        if let Err((stream, client, h2)) = self.lot.park(self, rest, client) {
+            tokio::task::spawn_local(self.clone().serve_on(stream, peer, listener, client, h2));
         }
     }
 
@@ -284,12 +282,13 @@ impl<C: Content> HttpWorker<C> {
             peer,
             listener,
             client,
+            h2,
         } = p;
         // Back into tokio's set; the socket is non-blocking still.
         let Ok(stream) = TcpStream::from_std(stream) else {
             return;
         };
-        self.serve_on(stream, peer, listener, client).await;
+        self.serve_on(stream, peer, listener, client, h2).await;
     }
 
     /// Serve an idle keep-alive connection from its next request on.
@@ -299,6 +298,7 @@ impl<C: Content> HttpWorker<C> {
         peer: SocketAddr,
         listener: u16,
         client: Option<ClientConnection>,
+        h2: Option<Box<crate::http2::Idle>>,
     ) {
         self.open.set(self.open.get() + 1);
         self.stats.open.add(1);
@@ -310,7 +310,24 @@ impl<C: Content> HttpWorker<C> {
             refuse: client.as_ref().is_some_and(|c| c.over),
             resumed: true,
         };
-        if let Some(rest) = crate::conn::run(&self, start).await {
+        let rest = match h2 {
+            // An HTTP/2 connection back from the lot goes on with its state. (Boxed: the
+            // HTTP/1 connection's future does not carry HTTP/2's.)
+            Some(idle) => {
+                Box::pin(crate::http2::serve(
+                    &self,
+                    crate::transport::Transport::Plain(start.stream),
+                    Vec::new(),
+                    peer,
+                    listener,
+                    start.refuse,
+                    Some(idle),
+                ))
+                .await
+            }
+            None => crate::conn::run(&self, start).await,
+        };
+        if let Some(rest) = rest {
             self.park(rest, client);
         }
     }

@@ -148,8 +148,15 @@ pub(crate) struct Start {
 }
 
 /// What a connection that went idle for a while leaves to be parked: its socket, the
-/// client, the listener, and when its keep-alive time ends.
-pub(crate) type Rest = (TcpStream, SocketAddr, u16, Instant);
+/// client, the listener, when its keep-alive time ends, and for HTTP/2 the connection's
+/// state (settings, windows, the client's HPACK table).
+pub(crate) type Rest = (
+    TcpStream,
+    SocketAddr,
+    u16,
+    Instant,
+    Option<Box<crate::http2::Idle>>,
+);
 
 /// How [`Conn::serve`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,16 +220,16 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
             conn = Box::pin(conn.into_tls(w, acceptor)).await?;
             if conn.stream.is_h2() {
                 conn.release(w);
-                Box::pin(crate::http2::serve(
+                return Box::pin(crate::http2::serve(
                     w,
                     conn.stream,
                     Vec::new(),
                     conn.peer,
                     conn.listener,
                     conn.refuse,
+                    None,
                 ))
                 .await;
-                return None;
             }
         }
         conn.h2c = w
@@ -239,6 +246,7 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
                 conn.peer,
                 conn.listener,
                 deadline,
+                None,
             ))
         }
         Ended::HandOver => {
@@ -269,9 +277,9 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
                 conn.peer,
                 conn.listener,
                 conn.refuse,
+                None,
             ))
-            .await;
-            None
+            .await
         }
     }
 }

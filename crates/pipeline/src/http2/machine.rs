@@ -224,6 +224,20 @@ impl<L> Machine<L> {
         }
     }
 
+    /// No stream is open: give back the memory kept for streams and their requests (an
+    /// idle connection holds its settings, windows and the client's HPACK table).
+    pub(crate) fn quiet(&mut self) {
+        if !self.streams.is_empty() {
+            return;
+        }
+        self.streams = Vec::new();
+        self.new = VecDeque::new();
+        self.ended = Vec::new();
+        self.warm = Vec::new();
+        self.fields = Fields::default();
+        self.out.release();
+    }
+
     /// The client's SETTINGS came (after the preface).
     pub(crate) fn greeted(&self) -> bool {
         self.greeted

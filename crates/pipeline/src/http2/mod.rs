@@ -42,6 +42,7 @@ use ramjet_observe::Entry;
 use tokio::time::Instant;
 
 use crate::content::Content;
+use crate::park::PARK_AFTER;
 use crate::transport::Transport;
 use crate::worker::HttpWorker;
 use frame::Code;
@@ -69,8 +70,18 @@ pub(super) type Shared = Rc<RefCell<Machine<Box<LogLine>>>>;
 type Task<'w> = Pin<Box<dyn Future<Output = ()> + 'w>>;
 type Warming = Pin<Box<dyn Future<Output = (u32, u64, Option<Bytes>)>>>;
 
+/// An idle HTTP/2 connection's state while it waits in the worker's parking lot: the
+/// protocol state (settings, windows, the client's HPACK table, the streams it may no
+/// longer use), with nothing kept for streams; and when its keep-alive time ends.
+pub(crate) struct Idle {
+    machine: Machine<Box<LogLine>>,
+    deadline: Instant,
+}
+
 /// How the loop ended.
 enum End {
+    /// Idle for `park::PARK_AFTER` on a plain socket: the task ends, the state is parked.
+    Park,
     /// The client closed or the socket failed: nothing more can be written.
     Gone,
     /// Everything is written: close politely.
@@ -80,7 +91,8 @@ enum End {
 /// Serve an HTTP/2 connection on `transport` until it ends. `prefix`: the bytes already
 /// read from it (the preface, and maybe more frames). `refuse`: the client is over
 /// `limits.max_connections_per_client`: its streams are answered 429 and the connection
-/// is sent GOAWAY at once.
+/// is sent GOAWAY at once. `resumed`: the state of a connection back from the parking
+/// lot. Returns what is to be parked when the connection went idle.
 pub(crate) async fn serve<C: Content>(
     w: &HttpWorker<C>,
     mut transport: Transport,
@@ -88,7 +100,8 @@ pub(crate) async fn serve<C: Content>(
     peer: SocketAddr,
     listener: u16,
     refuse: bool,
-) {
+    resumed: Option<Box<Idle>>,
+) -> Option<crate::conn::Rest> {
     let mut gen = w.current();
     let mut seen = w.generation.get();
     let info = stream::ConnInfo {
@@ -98,16 +111,31 @@ pub(crate) async fn serve<C: Content>(
         refuse,
     };
     let timeouts = gen.config.timeouts;
-    let m: Shared = Rc::new(RefCell::new(Machine::new(
-        Settings {
-            max_streams: MAX_STREAMS,
-            stream_window: STREAM_WINDOW,
-            connection_window: CONNECTION_WINDOW,
-            max_head: gen.config.limits.http1.max_head,
-        },
-        !transport.is_tls(),
-    )));
-    w.stats.http2_connections.add(1);
+    let mut quiet_since = Instant::now();
+    let machine = match resumed {
+        Some(idle) => {
+            quiet_since = idle
+                .deadline
+                .checked_sub(timeouts.keepalive)
+                .unwrap_or(quiet_since);
+            idle.machine
+        }
+        None => {
+            w.stats.http2_connections.add(1);
+            Machine::new(
+                Settings {
+                    max_streams: MAX_STREAMS,
+                    stream_window: STREAM_WINDOW,
+                    connection_window: CONNECTION_WINDOW,
+                    max_head: gen.config.limits.http1.max_head,
+                },
+                !transport.is_tls(),
+            )
+        }
+    };
+    let m: Shared = Rc::new(RefCell::new(machine));
+    // Quiet since (for parking): a connection back from the lot waits its turn again.
+    let mut park_from = Instant::now();
     let mut meter = meter::Meter::new();
     let mut input = Input {
         buf: prefix,
@@ -122,8 +150,9 @@ pub(crate) async fn serve<C: Content>(
         flooded = true;
     }
     input.consume(&m);
-    let mut quiet_since = Instant::now();
     let mut was_active = false;
+    // Streams were opened since the connection was last quiet.
+    let mut opened = false;
     let mut write_blocked: Option<Instant> = None;
     let mut closing: Option<Instant> = None;
     let mut deadline = Instant::now() + timeouts.header;
@@ -181,6 +210,7 @@ pub(crate) async fn serve<C: Content>(
                 seen = w.generation.get();
             }
             w.stats.http2_streams.add(1);
+            opened = true;
             let mut t: Task<'_> = Box::pin(stream::serve(w, gen.clone(), m.clone(), new, info));
             if t.as_mut().poll(cx).is_pending() {
                 tasks.push(t);
@@ -287,12 +317,28 @@ pub(crate) async fn serve<C: Content>(
             m.borrow_mut().go_away();
             continue;
         }
-        if was_active && !active {
+        if (was_active || opened) && !active {
+            opened = false;
             quiet_since = Instant::now();
+            park_from = quiet_since;
+            tasks = Vec::new();
+            warming = Vec::new();
+            ended = Vec::new();
             input.release(w);
-            m.borrow_mut().out.release();
+            m.borrow_mut().quiet();
         }
         was_active = active;
+        // An idle connection on a plain socket leaves its task for the parking lot after
+        // a while, as an HTTP/1 one does.
+        let parkable = !active
+            && greeted
+            && out_empty
+            && !going_away
+            && !failed
+            && !flooded
+            && !refuse
+            && input.is_empty()
+            && transport.parkable();
         // The next time something must happen.
         let now = Instant::now();
         let mut next = if active {
@@ -302,6 +348,9 @@ pub(crate) async fn serve<C: Content>(
         } else {
             quiet_since + timeouts.header
         };
+        if parkable {
+            next = next.min(park_from + PARK_AFTER);
+        }
         if failed || flooded || going_away {
             let at = *closing.get_or_insert(now + GOAWAY_GRACE);
             next = next.min(at);
@@ -321,6 +370,9 @@ pub(crate) async fn serve<C: Content>(
             return Poll::Pending;
         }
         // A deadline passed.
+        if parkable && now >= park_from + PARK_AFTER && now < quiet_since + timeouts.keepalive {
+            return Poll::Ready(End::Park);
+        }
         if closing.is_some_and(|c| c <= now) {
             return Poll::Ready(End::Gone);
         }
@@ -347,12 +399,28 @@ pub(crate) async fn serve<C: Content>(
     })
     .await;
     drop(tasks);
+    drop(warming);
     let ended_last = std::mem::take(&mut m.borrow_mut().ended);
     let mut ended_last = ended_last;
     record(w, peer, &mut ended_last);
-    if let End::Close = end {
-        close(&mut transport, &m, timeouts.send).await;
+    match end {
+        End::Close => close(&mut transport, &m, timeouts.send).await,
+        End::Gone => {}
+        End::Park => {
+            let mut machine = Rc::into_inner(m)?.into_inner();
+            machine.quiet();
+            let deadline = quiet_since + timeouts.keepalive;
+            let stream = transport.into_plain()?;
+            return Some((
+                stream,
+                peer,
+                listener,
+                deadline,
+                Some(Box::new(Idle { machine, deadline })),
+            ));
+        }
     }
+    None
 }
 
 /// Where the reading is: the buffer and the first byte not yet framed.
@@ -362,6 +430,11 @@ struct Input {
 }
 
 impl Input {
+    /// Nothing read is waiting to be framed.
+    fn is_empty(&self) -> bool {
+        self.start == self.buf.len()
+    }
+
     /// Room for the next read: what was framed is dropped, and the buffer grows when a
     /// frame longer than it is coming.
     fn make_room(&mut self) {

@@ -37,7 +37,7 @@ fn sha256(data: &[u8]) -> String {
 
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const DATA: u8 = 0;
-const HEADERS: u8 = 1;
+pub(crate) const HEADERS: u8 = 1;
 const PRIORITY: u8 = 2;
 const RST_STREAM: u8 = 3;
 const SETTINGS: u8 = 4;
@@ -45,11 +45,11 @@ const PING: u8 = 6;
 const GOAWAY: u8 = 7;
 const WINDOW_UPDATE: u8 = 8;
 const CONTINUATION: u8 = 9;
-const END_STREAM: u8 = 1;
-const END_HEADERS: u8 = 4;
+pub(crate) const END_STREAM: u8 = 1;
+pub(crate) const END_HEADERS: u8 = 4;
 const ENHANCE_YOUR_CALM: u32 = 0xb;
 
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let n = payload.len();
     let mut f = vec![(n >> 16) as u8, (n >> 8) as u8, n as u8, kind, flags];
     f.extend_from_slice(&stream.to_be_bytes());
@@ -81,7 +81,7 @@ fn literal(out: &mut Vec<u8>, index: usize, value: &[u8]) {
 }
 
 /// The header block of `GET path` for `localhost`.
-fn get(path: &str) -> Vec<u8> {
+pub(crate) fn get(path: &str) -> Vec<u8> {
     let mut b = vec![0x82, 0x86]; // :method GET, :scheme http
     literal(&mut b, 4, path.as_bytes());
     literal(&mut b, 1, b"localhost");
@@ -104,7 +104,7 @@ impl Raw {
         Raw { s, buf: Vec::new() }
     }
 
-    fn send(&mut self, bytes: &[u8]) -> bool {
+    pub(crate) fn send(&mut self, bytes: &[u8]) -> bool {
         self.s.write_all(bytes).is_ok()
     }
 
@@ -163,7 +163,7 @@ impl Raw {
     }
 
     /// Read until stream `id` ends (DATA or HEADERS with END_STREAM): the DATA bytes.
-    fn body_of(&mut self, id: u32) -> Option<usize> {
+    pub(crate) fn body_of(&mut self, id: u32) -> Option<usize> {
         let mut got = 0;
         while let Some((kind, flags, stream, p)) = self.next() {
             if stream != id {

@@ -115,3 +115,36 @@ fn a_parked_connection_keeps_its_place_in_the_per_client_limit() {
     assert_eq!(c.response(false).text(), "a");
     s.assert_clean_log(&[]);
 }
+
+/// An idle HTTP/2 connection (prior knowledge) is parked too, with its state: the next
+/// request on it refers to a field the client's HPACK encoder added to the dynamic table
+/// before the parking, and is answered; the keep-alive time then ends it with GOAWAY.
+#[test]
+fn an_idle_h2c_connection_is_parked_with_its_hpack_table() {
+    use crate::http2::{frame, get, Raw, END_HEADERS, END_STREAM, HEADERS};
+    let config = format!("[timeouts]\nkeepalive = \"4s\"\n{STATUS}");
+    let s = crate::server_with(&[("a.txt", b"a")], &config);
+    let mut r = Raw::open(s.addr);
+    // The first request adds `x-kept: yes` to the dynamic table (literal with
+    // incremental indexing, new name).
+    let mut block = get("/a.txt");
+    block.push(0x40);
+    block.push(6);
+    block.extend_from_slice(b"x-kept");
+    block.push(3);
+    block.extend_from_slice(b"yes");
+    r.send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &block));
+    assert_eq!(r.body_of(1), Some(1));
+    parked(&s, 1);
+    // The second refers to it by index (62, the newest entry): only the same table
+    // decodes it; a fresh one would be a COMPRESSION_ERROR.
+    let mut block = get("/a.txt");
+    block.push(0x80 | 62);
+    r.send(&frame(HEADERS, END_HEADERS | END_STREAM, 3, &block));
+    assert_eq!(r.body_of(3), Some(1), "answered after the parking");
+    parked(&s, 1);
+    // Its keep-alive time ends while parked: GOAWAY, then the close.
+    assert_eq!(r.goaway(), Some(0), "GOAWAY with NO_ERROR");
+    parked(&s, 0);
+    s.assert_clean_log(&[]);
+}
