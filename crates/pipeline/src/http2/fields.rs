@@ -44,8 +44,48 @@ pub(crate) struct Request {
     pub content_length: Option<u64>,
 }
 
+/// Byte classes, one table lookup each: a token character (RFC 9110 §5.6.2), and among
+/// those the upper-case letters a field name in HTTP/2 must not have.
+const TOKEN: u8 = 1;
+const UPPER: u8 = 2;
+/// NUL, CR and LF, which no value may hold.
+const FORBIDDEN: u8 = 4;
+
+static CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        if c.is_ascii_alphanumeric() {
+            t[b] = TOKEN;
+        }
+        if c.is_ascii_uppercase() {
+            t[b] |= UPPER;
+        }
+        b += 1;
+    }
+    let extra = b"!#$%&'*+-.^_`|~";
+    let mut i = 0;
+    while i < extra.len() {
+        t[extra[i] as usize] = TOKEN;
+        i += 1;
+    }
+    t[0] |= FORBIDDEN;
+    t[b'\r' as usize] |= FORBIDDEN;
+    t[b'\n' as usize] |= FORBIDDEN;
+    t
+};
+
 fn token(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+    CLASS[b as usize] & TOKEN != 0
+}
+
+/// A lower-case token: a field name HTTP/2 allows.
+fn lower_token(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name
+            .iter()
+            .all(|&b| CLASS[b as usize] & (TOKEN | UPPER) == TOKEN)
 }
 
 impl Fields {
@@ -85,7 +125,7 @@ impl Fields {
             return;
         }
         // A value never holds NUL, CR or LF, nor begins or ends with white space (§8.2.1).
-        if value.iter().any(|&b| matches!(b, 0 | b'\r' | b'\n'))
+        if value.iter().any(|&b| CLASS[b as usize] & FORBIDDEN != 0)
             || value
                 .first()
                 .zip(value.last())
@@ -118,7 +158,7 @@ impl Fields {
             return;
         }
         self.regular_seen = true;
-        if name.is_empty() || !name.iter().all(|&b| token(b) && !b.is_ascii_uppercase()) {
+        if !lower_token(name) {
             return self.refuse(Refused::Malformed);
         }
         match name {

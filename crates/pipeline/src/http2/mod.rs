@@ -153,6 +153,8 @@ pub(crate) async fn serve<C: Content>(
     let mut was_active = false;
     // Streams were opened since the connection was last quiet.
     let mut opened = false;
+    // The memory kept for streams was given back since the connection went quiet.
+    let mut shrunk = false;
     let mut write_blocked: Option<Instant> = None;
     let mut closing: Option<Instant> = None;
     let mut deadline = Instant::now() + timeouts.header;
@@ -321,11 +323,7 @@ pub(crate) async fn serve<C: Content>(
             opened = false;
             quiet_since = Instant::now();
             park_from = quiet_since;
-            tasks = Vec::new();
-            warming = Vec::new();
-            ended = Vec::new();
-            input.release(w);
-            m.borrow_mut().quiet();
+            shrunk = false;
         }
         was_active = active;
         // An idle connection on a plain socket leaves its task for the parking lot after
@@ -348,7 +346,7 @@ pub(crate) async fn serve<C: Content>(
         } else {
             quiet_since + timeouts.header
         };
-        if parkable {
+        if parkable || (!active && !shrunk) {
             next = next.min(park_from + PARK_AFTER);
         }
         if failed || flooded || going_away {
@@ -370,6 +368,16 @@ pub(crate) async fn serve<C: Content>(
             return Poll::Pending;
         }
         // A deadline passed.
+        if !active && !shrunk && now >= park_from + PARK_AFTER {
+            // Quiet for a while (not between the requests of a busy client): what was
+            // kept for streams goes back, whether or not the connection can be parked.
+            shrunk = true;
+            tasks = Vec::new();
+            warming = Vec::new();
+            ended = Vec::new();
+            input.release(w);
+            m.borrow_mut().quiet();
+        }
         if parkable && now >= park_from + PARK_AFTER && now < quiet_since + timeouts.keepalive {
             return Poll::Ready(End::Park);
         }
