@@ -74,7 +74,9 @@ type Warming = Pin<Box<dyn Future<Output = (u32, u64, Option<Bytes>)>>>;
 /// protocol state (settings, windows, the client's HPACK table, the streams it may no
 /// longer use), with nothing kept for streams; and when its keep-alive time ends.
 pub(crate) struct Idle {
-    machine: Machine<Box<LogLine>>,
+    /// The connection's own (no other reference is left): kept where it was allocated,
+    /// so parking moves nothing.
+    machine: Shared,
     deadline: Instant,
 }
 
@@ -112,7 +114,7 @@ pub(crate) async fn serve<C: Content>(
     };
     let timeouts = gen.config.timeouts;
     let mut quiet_since = Instant::now();
-    let machine = match resumed {
+    let m: Shared = match resumed {
         Some(idle) => {
             quiet_since = idle
                 .deadline
@@ -122,7 +124,7 @@ pub(crate) async fn serve<C: Content>(
         }
         None => {
             w.stats.http2_connections.add(1);
-            Machine::new(
+            Rc::new(RefCell::new(Machine::new(
                 Settings {
                     max_streams: MAX_STREAMS,
                     stream_window: STREAM_WINDOW,
@@ -130,10 +132,9 @@ pub(crate) async fn serve<C: Content>(
                     max_head: gen.config.limits.http1.max_head,
                 },
                 !transport.is_tls(),
-            )
+            )))
         }
     };
-    let m: Shared = Rc::new(RefCell::new(machine));
     // Quiet since (for parking): a connection back from the lot waits its turn again.
     let mut park_from = Instant::now();
     let mut meter = meter::Meter::new();
@@ -170,7 +171,7 @@ pub(crate) async fn serve<C: Content>(
         // Read everything the socket has, frame by frame.
         if !eof && !flooded && m.borrow().failed.is_none() {
             for _ in 0..READS_PER_TURN {
-                input.make_room();
+                input.make_room(w);
                 let before = input.buf.len();
                 match transport.try_read_buf(&mut input.buf) {
                     Ok(0) => {
@@ -270,11 +271,14 @@ pub(crate) async fn serve<C: Content>(
                 progress = true;
             }
             if !mm.out.is_empty() {
-                match mm.out.write(&transport) {
-                    Ok(Wrote::All) => {
-                        write_blocked = None;
-                        progress = true;
-                    }
+                let unwritten = mm.out.pending();
+                let wrote = mm.out.write(&transport);
+                if mm.out.pending() < unwritten {
+                    // The client reads: `timeouts.send` counts from here.
+                    write_blocked = None;
+                }
+                match wrote {
+                    Ok(Wrote::All) => progress = true,
                     Ok(Wrote::Blocked) => {
                         if mm.out.pending() < before {
                             progress = true;
@@ -324,6 +328,9 @@ pub(crate) async fn serve<C: Content>(
             quiet_since = Instant::now();
             park_from = quiet_since;
             shrunk = false;
+            // The read buffer goes back to the worker's pool at once (the next read takes
+            // one from it): a connection between requests holds none.
+            input.release(w);
         }
         was_active = active;
         // An idle connection on a plain socket leaves its task for the parking lot after
@@ -415,8 +422,12 @@ pub(crate) async fn serve<C: Content>(
         End::Close => close(&mut transport, &m, timeouts.send).await,
         End::Gone => {}
         End::Park => {
-            let mut machine = Rc::into_inner(m)?.into_inner();
-            machine.quiet();
+            if Rc::strong_count(&m) != 1 {
+                // A stream's task still holds it (none should): not parked, closed.
+                return None;
+            }
+            m.borrow_mut().quiet();
+            let machine = m;
             let deadline = quiet_since + timeouts.keepalive;
             let stream = transport.into_plain()?;
             return Some((
@@ -443,9 +454,12 @@ impl Input {
         self.start == self.buf.len()
     }
 
-    /// Room for the next read: what was framed is dropped, and the buffer grows when a
-    /// frame longer than it is coming.
-    fn make_room(&mut self) {
+    /// Room for the next read: a buffer from the worker's pool if there is none, what was
+    /// framed dropped, and the buffer grown when a frame longer than it is coming.
+    fn make_room<C: Content>(&mut self, w: &HttpWorker<C>) {
+        if self.buf.capacity() == 0 {
+            self.buf = w.take_buffer();
+        }
         if self.start > 0 {
             self.buf.drain(..self.start);
             self.start = 0;

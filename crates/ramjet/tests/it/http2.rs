@@ -953,6 +953,60 @@ fn a_file_not_in_the_page_cache_is_read_ahead_and_sent_whole() {
     s.assert_clean_log(&[]);
 }
 
+/// A client that reads slowly but steadily keeps its download however long it takes:
+/// `timeouts.send` is a limit on no progress at all, not on the whole download.
+#[test]
+fn a_slow_steady_reader_gets_all_of_a_download_longer_than_the_send_timeout() {
+    // More than the server's send buffer and this receive buffer hold together.
+    let big = crate::bytes(8 << 20, 41);
+    let s = server(&[("big.bin", &big)], "[timeouts]\nsend = \"1s\"\n");
+    // A small receive buffer, so the server's socket fills and waits on this reader.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(16 * 1024).unwrap();
+    sock.connect(&s.addr.into()).unwrap();
+    let mut c: TcpStream = sock.into();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut first = PREFACE.to_vec();
+    first.extend(frame(SETTINGS, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]));
+    first.extend(frame(
+        WINDOW_UPDATE,
+        0,
+        0,
+        &(0x7fff_ffffu32 - 65_535).to_be_bytes(),
+    ));
+    first.extend(frame(
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        1,
+        &get("/big.bin"),
+    ));
+    c.write_all(&first).unwrap();
+    let started = Instant::now();
+    let mut r = Raw {
+        s: c,
+        buf: Vec::new(),
+    };
+    let mut got = 0;
+    let mut ended = false;
+    while let Some((kind, flags, stream, p)) = r.next() {
+        if stream == 1 && kind == DATA {
+            got += p.len();
+            // About 5 MB/s at most: the download takes 1.5 s or more.
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        if stream == 1 && flags & END_STREAM != 0 {
+            ended = true;
+            break;
+        }
+    }
+    assert!(ended, "the stream ended ({got} bytes)");
+    assert_eq!(got, big.len());
+    assert!(
+        started.elapsed() > Duration::from_millis(1500),
+        "the download outlasted the send timeout"
+    );
+}
+
 #[test]
 fn a_client_that_leaves_mid_download_leaves_nothing_open() {
     let big = crate::bytes(8 << 20, 3);
