@@ -276,19 +276,7 @@ async fn queue(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn decoded(block: &[u8]) -> Vec<(String, String)> {
-        let mut d = hpack::Decoder::new(hpack::TABLE_SIZE);
-        let mut v = Vec::new();
-        d.decode(block, |n, val| {
-            v.push((
-                String::from_utf8_lossy(n).into_owned(),
-                String::from_utf8_lossy(val).into_owned(),
-            ))
-        })
-        .unwrap();
-        v
-    }
+    use hpack::decoded;
 
     #[test]
     fn http1_fields_become_lower_case_and_connection_fields_are_dropped() {

@@ -919,6 +919,19 @@ fn a_reload_applies_to_the_next_stream_of_an_open_connection() {
     s.assert_clean_log(&[]);
 }
 
+/// SETTINGS and WINDOW_UPDATE that open the largest windows for every stream and the
+/// connection at once, as h2load does: the client then sends nothing while it downloads.
+fn windows_wide_open() -> Vec<u8> {
+    let mut f = frame(SETTINGS, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]);
+    f.extend(frame(
+        WINDOW_UPDATE,
+        0,
+        0,
+        &(0x7fff_ffffu32 - 65_535).to_be_bytes(),
+    ));
+    f
+}
+
 /// A file that is not in the page cache is read ahead on the blocking pool, piece by
 /// piece, and still sent whole. The client opens windows for all of it at once (as h2load
 /// does) and sends nothing more, so nothing but the read-ahead itself wakes the
@@ -934,13 +947,7 @@ fn a_file_not_in_the_page_cache_is_read_ahead_and_sent_whole() {
         f.sync_all().unwrap();
         ramjet_runtime::sys::drop_from_page_cache(&f).unwrap();
         let mut r = Raw::open(s.addr);
-        let mut first = frame(SETTINGS, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]);
-        first.extend(frame(
-            WINDOW_UPDATE,
-            0,
-            0,
-            &(0x7fff_ffffu32 - 65_535).to_be_bytes(),
-        ));
+        let mut first = windows_wide_open();
         first.extend(frame(
             HEADERS,
             END_HEADERS | END_STREAM,
@@ -967,13 +974,7 @@ fn a_slow_steady_reader_gets_all_of_a_download_longer_than_the_send_timeout() {
     let mut c: TcpStream = sock.into();
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut first = PREFACE.to_vec();
-    first.extend(frame(SETTINGS, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]));
-    first.extend(frame(
-        WINDOW_UPDATE,
-        0,
-        0,
-        &(0x7fff_ffffu32 - 65_535).to_be_bytes(),
-    ));
+    first.extend(windows_wide_open());
     first.extend(frame(
         HEADERS,
         END_HEADERS | END_STREAM,

@@ -120,23 +120,24 @@ pub(crate) fn field_any_case(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     }
 }
 
+/// What a fresh decoder reads from `block`, as text (for tests).
+#[cfg(test)]
+pub(crate) fn decoded(block: &[u8]) -> Vec<(String, String)> {
+    let mut d = Decoder::new(TABLE_SIZE);
+    let mut v = Vec::new();
+    d.decode(block, |n, val| {
+        v.push((
+            String::from_utf8_lossy(n).into_owned(),
+            String::from_utf8_lossy(val).into_owned(),
+        ))
+    })
+    .unwrap();
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// What the decoder reads back from `block`.
-    fn decoded(block: &[u8]) -> Vec<(String, String)> {
-        let mut d = Decoder::new(TABLE_SIZE);
-        let mut v = Vec::new();
-        d.decode(block, |n, val| {
-            v.push((
-                String::from_utf8_lossy(n).into_owned(),
-                String::from_utf8_lossy(val).into_owned(),
-            ))
-        })
-        .unwrap();
-        v
-    }
 
     #[test]
     fn what_is_encoded_decodes_to_the_same_fields() {
