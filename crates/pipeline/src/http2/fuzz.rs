@@ -9,8 +9,9 @@ use super::{CONNECTION_WINDOW, MAX_STREAMS, STREAM_WINDOW};
 
 /// Feed `input` (after the preface) to a connection's protocol state with the server's
 /// settings, answer every request it opens with a body larger than a frame, read every
-/// request body, and frame the answers. Never panics; never writes more than the windows
-/// allow (checked by walking the frames written).
+/// request body, and frame the answers. Never panics; what is framed stays within what
+/// the client's windows could ever have opened (a bound on the bytes queued, not a walk
+/// of the frames).
 pub fn frames(input: &[u8], max_head: usize) {
     let mut m: Machine<()> = Machine::new(
         Settings {
