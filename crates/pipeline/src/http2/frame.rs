@@ -21,6 +21,7 @@ pub(crate) const PADDED: u8 = 0x8;
 pub(crate) const PRIORITY_FLAG: u8 = 0x20;
 
 /// SETTINGS identifiers (§6.5.2).
+pub(crate) const HEADER_TABLE_SIZE: u16 = 0x1;
 pub(crate) const ENABLE_PUSH: u16 = 0x2;
 pub(crate) const MAX_CONCURRENT_STREAMS: u16 = 0x3;
 pub(crate) const INITIAL_WINDOW_SIZE: u16 = 0x4;

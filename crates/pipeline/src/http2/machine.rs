@@ -16,7 +16,7 @@ use bytes::Bytes;
 
 use super::fields::{Fields, Refused, Request};
 use super::frame::{self, Code, Head};
-use super::hpack::Decoder;
+use super::hpack::{Decoder, Encoder};
 use super::meter::PREFACE;
 use super::out::Out;
 
@@ -128,6 +128,15 @@ struct Block {
     buf: Vec<u8>,
 }
 
+/// A request's header block and what it decoded to, with the decoder's table as it was.
+#[derive(Debug)]
+struct LastRequest {
+    block: Vec<u8>,
+    changes: u64,
+    head: Vec<u8>,
+    content_length: Option<u64>,
+}
+
 /// One connection's protocol state. `L`: what the access log keeps of a request.
 pub(crate) struct Machine<L> {
     settings: Settings,
@@ -138,6 +147,13 @@ pub(crate) struct Machine<L> {
     decoder: Decoder,
     /// The header block being decoded, its buffers kept from block to block.
     fields: Fields,
+    /// The answers' encoder: its table follows the blocks in the order they are framed.
+    encoder: Encoder,
+    /// An answer's header block being encoded, kept from answer to answer.
+    head: Vec<u8>,
+    /// The last request whose block changed nothing in the decoder's table: the same
+    /// bytes, while the table stays, are the same request.
+    last_request: Option<Box<LastRequest>>,
     peer_window: i64,
     peer_max_frame: usize,
     send_window: i64,
@@ -203,6 +219,9 @@ impl<L> Machine<L> {
             greeted: false,
             decoder: Decoder::new(super::hpack::TABLE_SIZE),
             fields: Fields::default(),
+            encoder: Encoder::default(),
+            head: Vec::new(),
+            last_request: None,
             peer_window: frame::DEFAULT_WINDOW,
             peer_max_frame: frame::DEFAULT_MAX_FRAME,
             send_window: frame::DEFAULT_WINDOW,
@@ -235,6 +254,9 @@ impl<L> Machine<L> {
         self.ended = Vec::new();
         self.warm = Vec::new();
         self.fields = Fields::default();
+        self.encoder.forget();
+        self.head = Vec::new();
+        self.last_request = None;
         self.out.release();
     }
 
@@ -523,8 +545,21 @@ impl<L> Machine<L> {
             }
             return Ok(());
         }
-        self.fields.begin(false, self.settings.max_head);
-        self.decode(block)?;
+        // A client asking for the same thing again sends the same bytes (its encoder
+        // indexed every field): decoded and checked once.
+        let changes = self.decoder.changes();
+        let repeated = self
+            .last_request
+            .as_ref()
+            .filter(|r| r.changes == changes && r.block == block)
+            .map(|r| Request {
+                head: r.head.clone(),
+                content_length: r.content_length,
+            });
+        if repeated.is_none() {
+            self.fields.begin(false, self.settings.max_head);
+            self.decode(block)?;
+        }
         if id <= self.max_seen {
             return Err(ConnError(if self.closed.contains(&id) {
                 Code::STREAM_CLOSED
@@ -548,7 +583,18 @@ impl<L> Machine<L> {
             self.stream_error(id, Code::REFUSED_STREAM);
             return Ok(());
         }
-        let request = self.fields.finish();
+        let request = match repeated {
+            Some(r) => Ok(r),
+            None => {
+                let request = self.fields.finish();
+                if let Ok(r) = &request {
+                    if self.decoder.changes() == changes {
+                        self.remember_request(block, r, changes);
+                    }
+                }
+                request
+            }
+        };
         if matches!(request, Err(Refused::Malformed)) {
             self.stream_error(id, Code::PROTOCOL_ERROR);
             return Ok(());
@@ -588,6 +634,23 @@ impl<L> Machine<L> {
             end_stream,
         });
         Ok(())
+    }
+
+    fn remember_request(&mut self, block: &[u8], r: &Request, changes: u64) {
+        let last = self.last_request.get_or_insert_with(|| {
+            Box::new(LastRequest {
+                block: Vec::new(),
+                changes,
+                head: Vec::new(),
+                content_length: None,
+            })
+        });
+        last.block.clear();
+        last.block.extend_from_slice(block);
+        last.changes = changes;
+        last.head.clear();
+        last.head.extend_from_slice(&r.head);
+        last.content_length = r.content_length;
     }
 
     fn decode(&mut self, block: &[u8]) -> Step {
@@ -635,8 +698,8 @@ impl<L> Machine<L> {
                     }
                     self.peer_max_frame = v as usize;
                 }
-                // The encoder keeps no dynamic table, so HEADER_TABLE_SIZE changes nothing;
-                // the others are not the server's concern.
+                frame::HEADER_TABLE_SIZE => self.encoder.allow(v),
+                // The others are not the server's concern.
                 _ => {}
             }
         }
@@ -755,15 +818,26 @@ impl<L> Machine<L> {
     }
 
     /// The answer to stream `id`: its header block (HEADERS, and CONTINUATION frames if
-    /// it is larger than the client's frames), ending the stream when there is no body.
-    /// False when the stream is gone.
-    pub(crate) fn respond(&mut self, id: u32, block: &[u8], end_stream: bool) -> bool {
+    /// it is larger than the client's frames), written by `encode` with the connection's
+    /// encoder, ending the stream when there is no body. False when the stream is gone
+    /// (and `encode` is not called: every block encoded must reach the client).
+    pub(crate) fn respond_with(
+        &mut self,
+        id: u32,
+        end_stream: bool,
+        encode: impl FnOnce(&mut Encoder, &mut Vec<u8>),
+    ) -> bool {
         let Some(i) = self.index(id) else {
             return false;
         };
+        let mut block = std::mem::take(&mut self.head);
+        block.clear();
+        self.encoder.begin(&mut block);
+        encode(&mut self.encoder, &mut block);
         let max = self.peer_max_frame;
         self.out
-            .put(|o| frame::header_block(o, id, block, end_stream, max));
+            .put(|o| frame::header_block(o, id, &block, end_stream, max));
+        self.head = block;
         if end_stream {
             self.streams[i].send_closed = true;
             self.maybe_close(i);
@@ -771,12 +845,21 @@ impl<L> Machine<L> {
         true
     }
 
-    /// An informational answer (1xx) ahead of the final one.
+    /// The answer to stream `id` as a header block built without the connection's
+    /// encoder (literals and static entries only).
+    pub(crate) fn respond(&mut self, id: u32, block: &[u8], end_stream: bool) -> bool {
+        self.respond_with(id, end_stream, |_, out| out.extend_from_slice(block))
+    }
+
+    /// An informational answer (1xx) ahead of the final one, its block built without the
+    /// connection's encoder.
     pub(crate) fn interim(&mut self, id: u32, block: &[u8]) {
         if self.index(id).is_some() {
+            let mut b = Vec::with_capacity(block.len() + 4);
+            self.encoder.begin(&mut b);
+            b.extend_from_slice(block);
             let max = self.peer_max_frame;
-            self.out
-                .put(|o| frame::header_block(o, id, block, false, max));
+            self.out.put(|o| frame::header_block(o, id, &b, false, max));
         }
     }
 
@@ -934,9 +1017,15 @@ impl<L> Machine<L> {
             let id = s.id;
             s.send_closed = true;
             match finish {
-                Some(block) => self
-                    .out
-                    .put(|o| frame::header_block(o, id, &block, true, max_frame)),
+                Some(trailers) => {
+                    // Built when the body ended, without the encoder: only the size
+                    // updates owed go before it.
+                    let mut block = Vec::with_capacity(trailers.len() + 4);
+                    self.encoder.begin(&mut block);
+                    block.extend_from_slice(&trailers);
+                    self.out
+                        .put(|o| frame::header_block(o, id, &block, true, max_frame))
+                }
                 None => self
                     .out
                     .put(|o| frame::head(o, 0, frame::DATA, frame::END_STREAM, id)),

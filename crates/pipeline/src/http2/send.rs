@@ -36,8 +36,9 @@ fn connection_specific(name: &[u8]) -> bool {
     .any(|n| n.eq_ignore_ascii_case(name))
 }
 
-/// Each `Name: value\r\n` line of `block` HTTP/2 allows, as HPACK fields into `out`.
-pub(super) fn fields_into(block: &[u8], out: &mut Vec<u8>) {
+/// Each `Name: value\r\n` line of `block` HTTP/2 allows, to `f` with its name in lower
+/// case.
+fn each_field(block: &[u8], mut f: impl FnMut(&[u8], &[u8])) {
     for line in block.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Some(colon) = line.iter().position(|&b| b == b':') else {
@@ -48,74 +49,118 @@ pub(super) fn fields_into(block: &[u8], out: &mut Vec<u8>) {
             continue;
         }
         let value = line[colon + 1..].trim_ascii();
-        hpack::field_any_case(out, name, value);
+        hpack::lower(name, |name| f(name, value));
     }
 }
 
-/// Slots of the per-worker memory of encoded shared header blocks.
-const ENCODED_SLOTS: usize = 256;
+/// Each field of `block` HTTP/2 allows, as HPACK literals that are not indexed.
+pub(super) fn fields_into(block: &[u8], out: &mut Vec<u8>) {
+    each_field(block, |name, value| hpack::field(out, name, value));
+}
 
-/// A shared header block and its HPACK encoding.
-type Encoded = Option<(Bytes, Vec<u8>)>;
+/// Slots of the per-worker memory of shared header blocks taken apart.
+const PREPARED_SLOTS: usize = 256;
+
+/// A shared header block's fields as HTTP/2 takes them: names in lower case, each
+/// field `text[at..name_end]` and `text[name_end..end]`.
+#[derive(Debug, Default)]
+struct Prepared {
+    text: Vec<u8>,
+    fields: Vec<(u32, u32, u32)>,
+}
+
+/// A shared header block and its fields.
+type Slot = Option<(Bytes, Prepared)>;
 
 thread_local! {
     /// Shared header blocks (a cached file's fields, the same for every answer from it)
-    /// already encoded: each slot holds the block itself (so its address cannot be
-    /// reused while it is here) and its HPACK encoding.
-    static ENCODED: std::cell::RefCell<Vec<Encoded>> =
+    /// already taken apart: each slot holds the block itself (so its address cannot be
+    /// reused while it is here) and its fields.
+    static PREPARED: std::cell::RefCell<Vec<Slot>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// `block`'s fields as HPACK into `out`, from the memory of encoded blocks when the same
-/// block was encoded before.
-fn shared_fields_into(block: &Bytes, out: &mut Vec<u8>) {
+/// `block`'s fields to `f`, from the memory of blocks taken apart when the same block
+/// was seen before.
+fn shared_fields(block: &Bytes, mut f: impl FnMut(&[u8], &[u8])) {
     if block.is_empty() {
         return;
     }
-    ENCODED.with_borrow_mut(|slots| {
+    PREPARED.with_borrow_mut(|slots| {
         if slots.is_empty() {
-            slots.resize_with(ENCODED_SLOTS, || None);
+            slots.resize_with(PREPARED_SLOTS, || None);
         }
-        let slot = &mut slots[(block.as_ptr() as usize >> 4) % ENCODED_SLOTS];
-        if let Some((b, encoded)) = slot {
-            if b.as_ptr() == block.as_ptr() && b.len() == block.len() {
-                out.extend_from_slice(encoded);
-                return;
-            }
+        let slot = &mut slots[(block.as_ptr() as usize >> 4) % PREPARED_SLOTS];
+        let hit = slot
+            .as_ref()
+            .is_some_and(|(b, _)| b.as_ptr() == block.as_ptr() && b.len() == block.len());
+        if !hit {
+            let mut p = Prepared::default();
+            each_field(block, |name, value| {
+                let at = p.text.len() as u32;
+                p.text.extend_from_slice(name);
+                let name_end = p.text.len() as u32;
+                p.text.extend_from_slice(value);
+                p.fields.push((at, name_end, p.text.len() as u32));
+            });
+            *slot = Some((block.clone(), p));
         }
-        let start = out.len();
-        fields_into(block, out);
-        *slot = Some((block.clone(), out[start..].to_vec()));
+        let Some((_, p)) = slot else { return };
+        for &(at, name_end, end) in &p.fields {
+            let (at, name_end, end) = (at as usize, name_end as usize, end as usize);
+            f(&p.text[at..name_end], &p.text[name_end..end]);
+        }
     })
 }
 
-/// The response head for `r` as an HPACK block: status, `server`, `date`, the response's
-/// fields (its own are taken from it), the location's (`extra`), and `content-length`
-/// when the body's length is known.
+/// The response head for `r` as an HPACK block by the connection's encoder, into `out`:
+/// status, `server`, `date`, the response's fields (its own are taken from it), the
+/// location's (`extra`), and `content-length` when the body's length is known. A head
+/// made of the same parts as the connection's last one (the same shared block, second and
+/// length: a client fetching small files) is the same bytes while the table stays.
 pub(super) fn head(
     r: &mut Response,
     date: &[u8],
     extra: Option<&ResponseHeaders>,
     unix_secs: u64,
-) -> Vec<u8> {
-    let mut out = Vec::with_capacity(128 + r.shared_headers.len() + r.headers.len());
-    hpack::status(&mut out, r.status);
-    hpack::field(&mut out, b"server", b"ramjet");
-    if !r.own_date {
-        hpack::field(&mut out, b"date", date);
+    enc: &mut hpack::Encoder,
+    out: &mut Vec<u8>,
+) {
+    let length = match framing(r, Version::Http2) {
+        Framing::Length(n) => Some(n),
+        _ => None,
+    };
+    let plain = r.headers.is_empty() && extra.is_none();
+    let key = [
+        r.status as u64 | (r.own_date as u64) << 16 | (length.is_some() as u64) << 17,
+        r.shared_headers.as_ptr() as u64,
+        r.shared_headers.len() as u64,
+        unix_secs,
+        length.unwrap_or(0),
+    ];
+    if plain && enc.repeat(&key, out) {
+        return;
     }
-    shared_fields_into(&r.shared_headers, &mut out);
-    fields_into(&std::mem::take(&mut r.headers), &mut out);
+    let (start, changes) = (out.len(), enc.changes());
+    enc.status(out, r.status);
+    enc.field(out, b"server", b"ramjet");
+    if !r.own_date {
+        enc.field(out, b"date", date);
+    }
+    shared_fields(&r.shared_headers, |n, v| enc.field(out, n, v));
+    each_field(&std::mem::take(&mut r.headers), |n, v| enc.field(out, n, v));
     if let Some(h) = extra {
         let mut located = Vec::new();
         location_headers(&mut located, r, h, unix_secs);
-        fields_into(&located, &mut out);
+        each_field(&located, |n, v| enc.field(out, n, v));
     }
-    if let Framing::Length(n) = framing(r, Version::Http2) {
+    if let Some(n) = length {
         let mut digits = itoa::Buffer::new();
-        hpack::field(&mut out, b"content-length", digits.format(n).as_bytes());
+        enc.field(out, b"content-length", digits.format(n).as_bytes());
     }
-    out
+    if plain {
+        enc.remember(key, &r.shared_headers, &out[start..], changes);
+    }
 }
 
 /// The 1xx heads in `block` (complete HTTP/1 heads, one after another) as HPACK blocks;
@@ -295,21 +340,112 @@ mod tests {
     }
 
     #[test]
-    fn a_shared_block_is_encoded_once_and_a_different_one_is_not_mistaken_for_it() {
+    fn a_shared_block_is_taken_apart_once_and_a_different_one_is_not_mistaken_for_it() {
+        let all = |b: &Bytes| {
+            let mut v = Vec::new();
+            shared_fields(b, |n, val| v.push((n.to_vec(), val.to_vec())));
+            v
+        };
         let a = Bytes::from_static(b"Content-Type: text/plain\r\nETag: \"1\"\r\n");
-        let mut first = Vec::new();
-        shared_fields_into(&a, &mut first);
-        let mut again = Vec::new();
-        shared_fields_into(&a.clone(), &mut again);
-        assert_eq!(first, again);
-        let mut plain = Vec::new();
-        fields_into(&a, &mut plain);
-        assert_eq!(first, plain);
+        let first = all(&a);
+        assert_eq!(
+            first,
+            [
+                (b"content-type".to_vec(), b"text/plain".to_vec()),
+                (b"etag".to_vec(), b"\"1\"".to_vec())
+            ]
+        );
+        assert_eq!(all(&a.clone()), first);
         // Same length, other bytes, other address.
         let b = Bytes::from(b"Content-Type: text/plain\r\nETag: \"2\"\r\n".to_vec());
-        let mut other = Vec::new();
-        shared_fields_into(&b, &mut other);
-        assert_eq!(decoded(&other)[1].1, "\"2\"");
+        assert_eq!(all(&b)[1].1, b"\"2\"");
+    }
+
+    #[test]
+    fn a_head_decodes_to_its_fields_and_repeats_as_indexes() {
+        let mut enc = hpack::Encoder::default();
+        let mut d = hpack::Decoder::new(hpack::TABLE_SIZE);
+        let shared = Bytes::from_static(b"Content-Type: text/plain\r\nETag: \"1\"\r\n");
+        let mut sizes = Vec::new();
+        for _ in 0..2 {
+            let mut r = Response::new(200, Body::Bytes(Bytes::from_static(b"hello\n")));
+            r.shared_headers = shared.clone();
+            r.headers = b"Connection: keep-alive\r\nX-Own: a\r\n".to_vec();
+            let mut out = Vec::new();
+            enc.begin(&mut out);
+            head(
+                &mut r,
+                b"Thu, 26 Nov 2026 18:45:20 GMT",
+                None,
+                0,
+                &mut enc,
+                &mut out,
+            );
+            let mut got = Vec::new();
+            d.decode(&out, |n, v| {
+                got.push(format!(
+                    "{}: {}",
+                    String::from_utf8_lossy(n),
+                    String::from_utf8_lossy(v)
+                ))
+            })
+            .unwrap();
+            assert_eq!(
+                got,
+                [
+                    ":status: 200",
+                    "server: ramjet",
+                    "date: Thu, 26 Nov 2026 18:45:20 GMT",
+                    "content-type: text/plain",
+                    "etag: \"1\"",
+                    "x-own: a",
+                    "content-length: 6"
+                ]
+            );
+            sizes.push(out.len());
+        }
+        assert_eq!(sizes[1], 7, "{sizes:?}");
+    }
+
+    #[test]
+    fn a_repeated_head_is_written_again_only_while_the_table_is_unchanged() {
+        let mut enc = hpack::Encoder::default();
+        let mut d = hpack::Decoder::new(hpack::TABLE_SIZE);
+        let a = Bytes::from_static(b"Content-Type: text/plain\r\nETag: \"a\"\r\n");
+        let b = Bytes::from_static(b"Content-Type: text/html\r\nETag: \"b\"\r\n");
+        let mut blocks = Vec::new();
+        // a, a (remembered), a (written again), b (new entries), a (encoded anew: the
+        // indexes moved), a second later (a new date).
+        for (shared, secs) in [(&a, 1), (&a, 1), (&a, 1), (&b, 1), (&a, 1), (&a, 2)] {
+            let mut r = Response::new(200, Body::Bytes(Bytes::from_static(b"hello\n")));
+            r.shared_headers = shared.clone();
+            let date: &[u8] = if secs == 1 {
+                b"Thu, 01 Jan 1970 00:00:01 GMT"
+            } else {
+                b"Thu, 01 Jan 1970 00:00:02 GMT"
+            };
+            let mut out = Vec::new();
+            enc.begin(&mut out);
+            head(&mut r, date, None, secs, &mut enc, &mut out);
+            let mut got = Vec::new();
+            d.decode(&out, |n, v| got.push((n.to_vec(), v.to_vec())))
+                .unwrap();
+            assert_eq!(got[2].1, date);
+            assert_eq!(
+                got[3].1,
+                if shared == &a {
+                    &b"text/plain"[..]
+                } else {
+                    b"text/html"
+                }
+            );
+            assert_eq!(got.len(), 6);
+            blocks.push(out);
+        }
+        assert_eq!(blocks[1], blocks[2]);
+        assert_eq!(blocks[1].len(), 6);
+        assert_ne!(blocks[4], blocks[1]);
+        assert_eq!(blocks[4].len(), 6);
     }
 
     #[test]

@@ -235,29 +235,29 @@ impl<'a> Answer<'a> {
                 m.borrow_mut().interim(id, &h);
             }
         }
-        let (block, unix_secs) = {
-            let mut date = w.date.borrow_mut();
-            let (date, unix_secs) = date.now();
-            let extra = location.and_then(|l| l.response_headers.as_deref());
-            (send::head(&mut response, date, extra, unix_secs), unix_secs)
-        };
-        let log = w.log.borrow().enabled().then(|| {
-            Box::new(LogLine::new(
-                first_line,
-                fields,
-                self.started,
-                unix_secs,
-                upstream,
-            ))
-        });
         let no_body = head_only
             || matches!(status, 204 | 304)
             || status < 200
             || matches!(response.body, crate::response::Body::Empty);
         {
+            let mut date = w.date.borrow_mut();
+            let (date, unix_secs) = date.now();
+            let log = w.log.borrow().enabled().then(|| {
+                Box::new(LogLine::new(
+                    first_line,
+                    fields,
+                    self.started,
+                    unix_secs,
+                    upstream,
+                ))
+            });
             let mut m = m.borrow_mut();
             m.note(id, status, slot, log);
-            if !m.respond(id, &block, no_body) || no_body {
+            let extra = location.and_then(|l| l.response_headers.as_deref());
+            let sent = m.respond_with(id, no_body, |enc, out| {
+                send::head(&mut response, date, extra, unix_secs, enc, out)
+            });
+            if !sent || no_body {
                 return;
             }
         }

@@ -29,6 +29,9 @@ pub(crate) struct Decoder {
     allowed: usize,
     name: Vec<u8>,
     value: Vec<u8>,
+    /// Counts the table's changes (entries in, size updates): a block decoded while the
+    /// table stays the same decodes to the same fields.
+    changes: u64,
 }
 
 /// Where a string's bytes are: in the block, or Huffman-decoded into a scratch buffer.
@@ -46,6 +49,7 @@ impl Decoder {
             allowed,
             name: Vec::new(),
             value: Vec::new(),
+            changes: 0,
         }
     }
 
@@ -53,6 +57,11 @@ impl Decoder {
     #[cfg(test)]
     pub(crate) fn table_size(&self) -> usize {
         self.size
+    }
+
+    /// Counts the dynamic table's changes.
+    pub(crate) fn changes(&self) -> u64 {
+        self.changes
     }
 
     /// Decode a whole header block, each field to `field`.
@@ -79,6 +88,7 @@ impl Decoder {
                     return Err(DecoderError);
                 }
                 self.max = max;
+                self.changes += 1;
                 self.evict(0);
                 continue;
             } else {
@@ -135,6 +145,7 @@ impl Decoder {
     }
 
     fn insert(&mut self, e: Entry) {
+        self.changes += 1;
         let size = e.bytes.len() + 32;
         if size > self.max {
             // An entry larger than the table empties it (§4.4).

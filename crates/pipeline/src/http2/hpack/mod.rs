@@ -1,124 +1,22 @@
-//! HPACK (RFC 7541). Responses are encoded here: static-table names and statuses, every
-//! other field a literal that is not indexed, so the encoder keeps no state per
-//! connection (nothing to hold while a connection is idle). Requests are decoded by
-//! `decode.rs` (the client's dynamic table, held to the size the server allows), with
-//! Huffman strings by `huffman.rs`.
+//! HPACK (RFC 7541). Responses are encoded by `encode.rs`: a dynamic table per
+//! connection for answers (emptied when the connection goes quiet, so an idle connection
+//! holds none), literals that are not indexed for blocks built ahead of their place on
+//! the wire. Requests are decoded by `decode.rs` (the client's dynamic table, held to the
+//! size the server allows), with Huffman strings by `huffman.rs`.
 
 mod codes;
 mod decode;
+mod encode;
 mod huffman;
 mod static_table;
 
 pub(crate) use decode::Decoder;
+pub(crate) use encode::{field, lower, status, Encoder};
+#[cfg(test)]
+use encode::{field_any_case, integer};
 
 /// The dynamic table the client's encoder may use (SETTINGS_HEADER_TABLE_SIZE, default).
 pub(crate) const TABLE_SIZE: usize = 4096;
-
-/// The static table's index for a response field name, if it has one (Appendix A).
-fn static_name(name: &[u8]) -> Option<u8> {
-    Some(match name {
-        b"accept-ranges" => 18,
-        b"access-control-allow-origin" => 20,
-        b"age" => 21,
-        b"allow" => 22,
-        b"cache-control" => 24,
-        b"content-disposition" => 25,
-        b"content-encoding" => 26,
-        b"content-language" => 27,
-        b"content-length" => 28,
-        b"content-location" => 29,
-        b"content-range" => 30,
-        b"content-type" => 31,
-        b"date" => 33,
-        b"etag" => 34,
-        b"expires" => 36,
-        b"last-modified" => 44,
-        b"link" => 45,
-        b"location" => 46,
-        b"proxy-authenticate" => 48,
-        b"retry-after" => 53,
-        b"server" => 54,
-        b"set-cookie" => 55,
-        b"strict-transport-security" => 56,
-        b"vary" => 59,
-        b"via" => 60,
-        b"www-authenticate" => 61,
-        _ => return None,
-    })
-}
-
-/// An integer with an `n`-bit prefix, the first byte's other bits `first` (§5.1).
-fn integer(out: &mut Vec<u8>, first: u8, n: u32, mut v: usize) {
-    let max = (1usize << n) - 1;
-    if v < max {
-        out.push(first | v as u8);
-        return;
-    }
-    out.push(first | max as u8);
-    v -= max;
-    while v >= 128 {
-        out.push((v % 128) as u8 | 0x80);
-        v /= 128;
-    }
-    out.push(v as u8);
-}
-
-/// A string literal, not Huffman-coded (§5.2).
-fn string(out: &mut Vec<u8>, s: &[u8]) {
-    integer(out, 0, 7, s.len());
-    out.extend_from_slice(s);
-}
-
-/// `:status`, indexed when the static table has it (§6.1), else a literal with its name
-/// indexed.
-pub(crate) fn status(out: &mut Vec<u8>, code: u16) {
-    let indexed = match code {
-        200 => 8,
-        204 => 9,
-        206 => 10,
-        304 => 11,
-        400 => 12,
-        404 => 13,
-        500 => 14,
-        _ => 0,
-    };
-    if indexed > 0 {
-        out.push(0x80 | indexed);
-        return;
-    }
-    integer(out, 0, 4, 8);
-    let mut digits = itoa::Buffer::new();
-    string(out, digits.format(code).as_bytes());
-}
-
-/// A field as a literal without indexing (§6.2.2); `name` must be lower case.
-pub(crate) fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    match static_name(name) {
-        Some(i) => integer(out, 0, 4, i as usize),
-        None => {
-            out.push(0);
-            string(out, name);
-        }
-    }
-    string(out, value);
-}
-
-/// A field whose name may have upper-case letters (the HTTP/1 spelling): lower-cased on
-/// the way (RFC 9113 §8.2.1).
-pub(crate) fn field_any_case(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    if !name.iter().any(u8::is_ascii_uppercase) {
-        return field(out, name, value);
-    }
-    let mut low = [0u8; 64];
-    if name.len() <= low.len() {
-        for (d, s) in low.iter_mut().zip(name) {
-            *d = s.to_ascii_lowercase();
-        }
-        field(out, &low[..name.len()], value)
-    } else {
-        field(out, &name.to_ascii_lowercase(), value)
-    }
-}
 
 /// What a fresh decoder reads from `block`, as text (for tests).
 #[cfg(test)]

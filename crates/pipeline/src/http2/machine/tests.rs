@@ -378,3 +378,58 @@ fn a_stalled_stream_is_reset_and_a_closed_one_gives_its_window_back() {
     assert_eq!(m.recv_window, 4 << 20);
     assert!(matches!(m.read(1), Read::Gone));
 }
+
+#[test]
+fn a_repeated_block_is_the_same_request_only_while_the_clients_table_stays() {
+    let mut m = open(&[]);
+    let head_of = |m: &mut Machine<()>, id: u32, block: &[u8]| {
+        m.receive(&frame(
+            frame::HEADERS,
+            frame::END_HEADERS | frame::END_STREAM,
+            id,
+            block,
+        ));
+        let n = m.new.pop_front().expect("a stream opened");
+        assert_eq!(n.id, id);
+        m.respond(id, &[0x88], true);
+        String::from_utf8(n.request.unwrap().head).unwrap()
+    };
+    // "x-a: 1" enters the client's table (literal with incremental indexing).
+    let mut first = request_block("/a", &[]);
+    first.push(0x40);
+    first.extend_from_slice(&[3, b'x', b'-', b'a', 1, b'1']);
+    // The same request, the field by its index (62): changes nothing in the table.
+    let mut indexed = request_block("/a", &[]);
+    indexed.push(0x80 | 62);
+    let want = "GET /a HTTP/1.1\r\nHost: h\r\nx-a: 1\r\n\r\n";
+    assert_eq!(head_of(&mut m, 1, &first), want);
+    assert_eq!(head_of(&mut m, 3, &indexed), want);
+    assert_eq!(head_of(&mut m, 5, &indexed), want);
+    // Another path: other bytes, another request.
+    let mut other = request_block("/b", &[]);
+    other.push(0x80 | 62);
+    assert_eq!(
+        head_of(&mut m, 7, &other),
+        "GET /b HTTP/1.1\r\nHost: h\r\nx-a: 1\r\n\r\n"
+    );
+    // "x-a: 2" enters the table: index 62 is now it, and the same bytes as the request
+    // remembered last mean another field.
+    assert_eq!(head_of(&mut m, 9, &indexed), want);
+    let mut second = request_block("/a", &[]);
+    second.push(0x40);
+    second.extend_from_slice(&[3, b'x', b'-', b'a', 1, b'2']);
+    head_of(&mut m, 11, &second);
+    assert_eq!(
+        head_of(&mut m, 13, &indexed),
+        "GET /a HTTP/1.1\r\nHost: h\r\nx-a: 2\r\n\r\n"
+    );
+    // The same bytes twice, each entering the table: each decoded.
+    assert_eq!(
+        head_of(&mut m, 15, &second),
+        "GET /a HTTP/1.1\r\nHost: h\r\nx-a: 2\r\n\r\n"
+    );
+    assert_eq!(
+        head_of(&mut m, 17, &second),
+        "GET /a HTTP/1.1\r\nHost: h\r\nx-a: 2\r\n\r\n"
+    );
+}
