@@ -21,6 +21,12 @@ impl DateCache {
         d
     }
 
+    /// The date and unix seconds as the last call to `now` found them (a caller that
+    /// read the clock for a batch of answers).
+    pub(crate) fn last(&self) -> (&[u8], u64) {
+        (&self.value, self.secs)
+    }
+
     /// The current second's date and unix seconds.
     pub(crate) fn now(&mut self) -> (&[u8], u64) {
         let now = SystemTime::now();

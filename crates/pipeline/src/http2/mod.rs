@@ -202,11 +202,20 @@ pub(crate) async fn serve<C: Content>(
                 }
             }
         }
-        // New streams: each runs at once; most are answered before this returns.
+        // New streams: each runs at once; most are answered before this returns. The
+        // clock is read once for the streams of a turn (their start, the answers' date).
+        let mut clock: Option<Instant> = None;
+        let mut read_clock = || {
+            *clock.get_or_insert_with(|| {
+                w.date.borrow_mut().now();
+                Instant::now()
+            })
+        };
         loop {
             let Some(new) = m.borrow_mut().new.pop_front() else {
                 break;
             };
+            let started = read_clock();
             progress = true;
             if w.generation.get() != seen {
                 gen = w.current();
@@ -214,13 +223,23 @@ pub(crate) async fn serve<C: Content>(
             }
             w.stats.http2_streams.add(1);
             opened = true;
-            let mut t: Task<'_> = Box::pin(stream::serve(w, gen.clone(), m.clone(), new, info));
+            let mut t: Task<'_> = Box::pin(stream::serve(
+                w,
+                gen.clone(),
+                m.clone(),
+                new,
+                info,
+                started,
+            ));
             if t.as_mut().poll(cx).is_pending() {
                 tasks.push(t);
             }
             if refuse {
                 m.borrow_mut().go_away();
             }
+        }
+        if !tasks.is_empty() {
+            read_clock();
         }
         let mut i = 0;
         while i < tasks.len() {

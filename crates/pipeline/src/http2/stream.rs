@@ -95,8 +95,8 @@ pub(super) async fn serve<C: Content>(
     m: Shared,
     new: NewStream,
     info: ConnInfo,
+    started: Instant,
 ) {
-    let started = Instant::now();
     let config = &gen.config;
     let id = new.id;
     let raw = match new.request {
@@ -240,8 +240,9 @@ impl<'a> Answer<'a> {
             || status < 200
             || matches!(response.body, crate::response::Body::Empty);
         {
-            let mut date = w.date.borrow_mut();
-            let (date, unix_secs) = date.now();
+            // The connection read the clock for this turn.
+            let date = w.date.borrow();
+            let (date, unix_secs) = date.last();
             let log = w.log.borrow().enabled().then(|| {
                 Box::new(LogLine::new(
                     first_line,
