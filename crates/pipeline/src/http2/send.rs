@@ -196,6 +196,32 @@ pub(super) enum Stopped {
     Source,
 }
 
+/// Queue `body` on stream `id` and end it now, when it is in memory or in files (no
+/// send rate applies); a produced body is given back, to be sent by `body`.
+pub(super) fn body_now(m: &Shared, id: u32, body: Body) -> Result<Option<Body>, Stopped> {
+    let mut m = m.borrow_mut();
+    let queued = match body {
+        Body::Stream(_) => return Ok(Some(body)),
+        Body::Empty | Body::Upgrade(_) => true,
+        Body::Bytes(b) => m.push(id, Chunk::Bytes(b)),
+        Body::File { file, offset, len } => m.push(id, Chunk::File { file, offset, len }),
+        Body::Parts(parts) => parts.into_iter().all(|p| {
+            m.push(
+                id,
+                match p {
+                    Part::Bytes(b) => Chunk::Bytes(b),
+                    Part::File { file, offset, len } => Chunk::File { file, offset, len },
+                },
+            )
+        }),
+    };
+    if queued && m.finish(id, None) {
+        Ok(None)
+    } else {
+        Err(Stopped::Gone)
+    }
+}
+
 /// Queue `body` on stream `id` and end it. Bodies in memory or in files are queued at
 /// once (the connection frames them as windows open); a produced body is pulled while
 /// less than `SEND_BUFFER` of it waits; a send rate admits each piece in turn.

@@ -97,99 +97,126 @@ pub(super) async fn serve<C: Content>(
     info: ConnInfo,
     started: Instant,
 ) {
-    let config = &gen.config;
     let id = new.id;
-    let raw = match new.request {
-        Ok(r) => r,
-        Err(Refused::TooLarge) => {
-            let mut r = error_response(431);
-            customise(&mut r, config.error_pages.as_deref());
-            let a = Answer::bare(&m, id, info, started);
-            a.send(w, &gen, r, None, false, b"- - HTTP/2.0", [None; 3], None, 0)
-                .await;
+    // The request's state lives in this block only: a body sent over time (`finish`) does
+    // not keep it.
+    let rest = 'answer: {
+        let config = &gen.config;
+        let id = new.id;
+        let raw = match new.request {
+            Ok(r) => r,
+            Err(Refused::TooLarge) => {
+                let mut r = error_response(431);
+                customise(&mut r, config.error_pages.as_deref());
+                let a = Answer::bare(&m, id, info, started);
+                break 'answer a.send(w, &gen, r, None, false, b"- - HTTP/2.0", [None; 3], None, 0);
+            }
+            Err(Refused::Malformed) => {
+                m.borrow_mut().stream_error(id, Code::PROTOCOL_ERROR);
+                return;
+            }
+        };
+        let declared = raw.content_length;
+        let mut head = match parse_request_head(&raw.head, &config.limits.http1) {
+            Parse::Complete(h) => h,
+            Parse::Invalid(kind) => {
+                let mut r = error_response(kind.status());
+                customise(&mut r, config.error_pages.as_deref());
+                let line = &raw.head[..raw.head.iter().position(|&b| b == b'\r').unwrap_or(0)];
+                let a = Answer::bare(&m, id, info, started);
+                break 'answer a.send(w, &gen, r, None, false, line, [None; 3], None, 0);
+            }
+            Parse::Partial => {
+                m.borrow_mut().stream_error(id, Code::PROTOCOL_ERROR);
+                return;
+            }
+        };
+        head.version = Version::Http2;
+        head.keep_alive = true;
+        if !new.end_stream && head.framing == BodyFraming::None {
+            // A body of unknown length: what the pipeline calls chunked (a proxy sends it so).
+            head.framing = BodyFraming::Chunked;
+        }
+        let body = RequestBody::http2((!new.end_stream).then(|| {
+            StreamBody::new(
+                m.clone(),
+                id,
+                declared,
+                config.limits.max_body_any,
+                config.timeouts.header,
+            )
+        }));
+        let addrs = (info.peer, info.listener, info.secure);
+        let (mut response, body_result, location) = if info.refuse {
+            (crate::conn::too_many(config), Ok(body.finish()), None)
+        } else {
+            match stage::respond(&w.content, config, &head, started, addrs, body) {
+                Ok(a) => a,
+                Err(later) => later.await,
+            }
+        };
+        if response.status == 101
+            || response
+                .extras
+                .as_ref()
+                .is_some_and(|e| e.handoff.is_some())
+        {
+            // A connection cannot be handed to an HTTP/1 backend or switch protocols from
+            // inside an HTTP/2 one: the client asks again over HTTP/1.1 (RFC 9113 §8.1).
+            m.borrow_mut().stream_error(id, Code::HTTP_1_1_REQUIRED);
             return;
         }
-        Err(Refused::Malformed) => {
-            m.borrow_mut().stream_error(id, Code::PROTOCOL_ERROR);
-            return;
+        if let Ok(Some(Finished::Http2(mut rest))) = body_result {
+            // The request is read to its end before it is answered, as an HTTP/1 connection
+            // reads a body before the next request: a stream the client breaks later (a bad
+            // trailer section, a wrong length, a reset) gets its error, not an answer.
+            // (Boxed: few requests have a body, and every stream's state would hold it.)
+            if !Box::pin(rest.drain()).await {
+                return;
+            }
         }
-    };
-    let declared = raw.content_length;
-    let mut head = match parse_request_head(&raw.head, &config.limits.http1) {
-        Parse::Complete(h) => h,
-        Parse::Invalid(kind) => {
-            let mut r = error_response(kind.status());
-            customise(&mut r, config.error_pages.as_deref());
-            let line = &raw.head[..raw.head.iter().position(|&b| b == b'\r').unwrap_or(0)];
-            let a = Answer::bare(&m, id, info, started);
-            a.send(w, &gen, r, None, false, line, [None; 3], None, 0)
-                .await;
-            return;
-        }
-        Parse::Partial => {
-            m.borrow_mut().stream_error(id, Code::PROTOCOL_ERROR);
-            return;
-        }
-    };
-    head.version = Version::Http2;
-    head.keep_alive = true;
-    if !new.end_stream && head.framing == BodyFraming::None {
-        // A body of unknown length: what the pipeline calls chunked (a proxy sends it so).
-        head.framing = BodyFraming::Chunked;
-    }
-    let body = RequestBody::http2((!new.end_stream).then(|| {
-        StreamBody::new(
-            m.clone(),
-            id,
-            declared,
-            config.limits.max_body_any,
-            config.timeouts.header,
+        let upstream = response.extras.as_mut().and_then(|e| e.upstream.take());
+        let slot = location.map_or(0, |l| l.metrics);
+        let head_only = head.method == Method::Head;
+        let a = Answer::bare(&m, id, info, started);
+        a.send(
+            w,
+            &gen,
+            response,
+            location,
+            head_only,
+            head.request_line(),
+            [head.host, head.referer, head.user_agent],
+            upstream,
+            slot,
         )
-    }));
-    let addrs = (info.peer, info.listener, info.secure);
-    let (mut response, body_result, location) = if info.refuse {
-        (crate::conn::too_many(config), Ok(body.finish()), None)
-    } else {
-        match stage::respond(&w.content, config, &head, started, addrs, body) {
-            Ok(a) => a,
-            Err(later) => later.await,
-        }
     };
-    if response.status == 101
-        || response
-            .extras
-            .as_ref()
-            .is_some_and(|e| e.handoff.is_some())
-    {
-        // A connection cannot be handed to an HTTP/1 backend or switch protocols from
-        // inside an HTTP/2 one: the client asks again over HTTP/1.1 (RFC 9113 §8.1).
-        m.borrow_mut().stream_error(id, Code::HTTP_1_1_REQUIRED);
+    finish(&m, id, rest).await;
+}
+
+/// What of an answer's body is left to send over time: a produced body, or one under a
+/// send rate.
+struct Rest {
+    body: crate::response::Body,
+    throttle: Option<Box<std::cell::RefCell<Throttle>>>,
+}
+
+/// Send what is left of an answer's body. Its future is boxed only here, so a stream
+/// answered at once (most are) keeps a small state of its own.
+async fn finish(m: &Shared, id: u32, rest: Option<Rest>) {
+    let Some(Rest { body, mut throttle }) = rest else {
         return;
-    }
-    let upstream = response.extras.as_mut().and_then(|e| e.upstream.take());
-    let slot = location.map_or(0, |l| l.metrics);
-    if let Ok(Some(Finished::Http2(mut rest))) = body_result {
-        // The request is read to its end before it is answered, as an HTTP/1 connection
-        // reads a body before the next request: a stream the client breaks later (a bad
-        // trailer section, a wrong length, a reset) gets its error, not an answer.
-        if !rest.drain().await {
-            return;
-        }
-    }
-    let head_only = head.method == Method::Head;
-    let a = Answer::bare(&m, id, info, started);
-    a.send(
-        w,
-        &gen,
-        response,
-        location,
-        head_only,
-        head.request_line(),
-        [head.host, head.referer, head.user_agent],
-        upstream,
-        slot,
-    )
+    };
+    let r = Box::pin(send::body(
+        m,
+        id,
+        body,
+        throttle.as_mut().map(|t| t.get_mut()),
+    ))
     .await;
+    if let Err(send::Stopped::Source) = r {
+        m.borrow_mut().stream_error(id, Code::INTERNAL_ERROR);
+    }
 }
 
 /// Where an answer goes.
@@ -210,8 +237,9 @@ impl<'a> Answer<'a> {
         }
     }
 
+    /// Frame the head and queue the body; what must be sent over time is returned.
     #[allow(clippy::too_many_arguments)]
-    async fn send<C: Content>(
+    fn send<C: Content>(
         self,
         w: &HttpWorker<C>,
         gen: &Generation,
@@ -222,7 +250,7 @@ impl<'a> Answer<'a> {
         fields: [Option<&[u8]>; 3],
         upstream: Option<ramjet_observe::UpstreamLog>,
         slot: u16,
-    ) {
+    ) -> Option<Rest> {
         let (m, id) = (self.m, self.id);
         let status = response.status;
         // Informational heads a backend sent first (103 Early Hints, ...).
@@ -259,19 +287,29 @@ impl<'a> Answer<'a> {
                 send::head(&mut response, date, extra, unix_secs, enc, out)
             });
             if !sent || no_body {
-                return;
+                return None;
             }
         }
         // Send rates only when a location or the server has them.
-        let mut throttle =
+        let throttle =
             if gen.config.send_rate.is_some() || location.is_some_and(|l| l.shaping.is_some()) {
                 Throttle::of((location, 0), &gen.config, self.info.peer, None)
             } else {
                 None
             };
-        let r = send::body(m, id, response.body, throttle.as_mut().map(|t| t.get_mut())).await;
-        if let Err(send::Stopped::Source) = r {
-            m.borrow_mut().stream_error(id, Code::INTERNAL_ERROR);
+        if throttle.is_none() {
+            match send::body_now(m, id, response.body) {
+                Ok(None) | Err(send::Stopped::Gone) => return None,
+                Err(send::Stopped::Source) => {
+                    m.borrow_mut().stream_error(id, Code::INTERNAL_ERROR);
+                    return None;
+                }
+                Ok(Some(body)) => return Some(Rest { body, throttle }),
+            }
         }
+        Some(Rest {
+            body: response.body,
+            throttle,
+        })
     }
 }
