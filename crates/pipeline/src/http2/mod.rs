@@ -223,14 +223,8 @@ pub(crate) async fn serve<C: Content>(
             }
             w.stats.http2_streams.add(1);
             opened = true;
-            let mut t: Task<'_> = Box::pin(stream::serve(
-                w,
-                gen.clone(),
-                m.clone(),
-                new,
-                info,
-                started,
-            ));
+            let mut t: Task<'_> =
+                Box::pin(stream::serve(w, gen.clone(), m.clone(), new, info, started));
             if t.as_mut().poll(cx).is_pending() {
                 tasks.push(t);
             }

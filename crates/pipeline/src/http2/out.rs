@@ -12,6 +12,8 @@ use crate::outbox::Sink;
 
 /// Most iovecs per writev.
 const MAX_IOV: usize = 64;
+/// Written bytes at the front of the buffer before what is left is moved down.
+const COMPACT_AFTER: usize = 64 << 10;
 
 enum Seg {
     Mem {
@@ -200,8 +202,41 @@ impl Out {
                         }
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Wrote::Blocked),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.compact();
+                    return Ok(Wrote::Blocked);
+                }
                 Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Forget the segments written, and when the written bytes are most of the buffer,
+    /// move what is left to its front: a socket that never empties (a client reading
+    /// as fast as the connection frames) keeps the buffer at what waits, not at all that
+    /// was ever sent.
+    fn compact(&mut self) {
+        self.segs.drain(..self.seg);
+        self.seg = 0;
+        if let Some(Seg::Mem { start, .. }) = self.segs.first_mut() {
+            *start += std::mem::take(&mut self.done);
+        }
+        let first = self.segs.iter().find_map(|s| match s {
+            Seg::Mem { start, .. } => Some(*start),
+            _ => None,
+        });
+        let Some(from) = first else {
+            self.mem.clear();
+            return;
+        };
+        if from >= COMPACT_AFTER && from * 2 >= self.mem.len() {
+            self.mem.copy_within(from.., 0);
+            self.mem.truncate(self.mem.len() - from);
+            for s in &mut self.segs {
+                if let Seg::Mem { start, end } = s {
+                    *start -= from;
+                    *end -= from;
+                }
             }
         }
     }
@@ -288,6 +323,32 @@ mod tests {
             assert!(out.is_empty());
         }
         let _ = all;
+    }
+
+    #[test]
+    fn a_socket_that_never_empties_does_not_grow_the_buffer() {
+        // Each turn frames 100 KiB more and the socket takes 100 KiB, never all.
+        let mut out = Out::default();
+        let mut got = Vec::new();
+        out.put(|m| m.extend_from_slice(&[0u8; 50 << 10]));
+        for turn in 0..200u32 {
+            out.put(|m| m.extend_from_slice(&[(turn % 251) as u8; 100 << 10]));
+            let sink = Taker {
+                step: 100 << 10,
+                got: RefCell::new(Vec::new()),
+                calls: RefCell::new(0),
+                block_after: 1,
+            };
+            assert_eq!(out.write(&sink).unwrap(), Wrote::Blocked);
+            assert_eq!(out.pending(), 50 << 10);
+            assert!(out.mem.len() <= 400 << 10, "turn {turn}: {}", out.mem.len());
+            got.extend_from_slice(&sink.got.take());
+        }
+        // What was written is every byte in order.
+        assert_eq!(got.len(), 200 * (100 << 10));
+        assert!(got[..150 << 10].iter().all(|&b| b == 0));
+        assert!(got[150 << 10..250 << 10].iter().all(|&b| b == 1));
+        assert!(got[got.len() - (50 << 10)..].iter().all(|&b| b == 199));
     }
 
     #[test]
