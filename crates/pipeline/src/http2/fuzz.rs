@@ -43,8 +43,8 @@ pub fn frames(input: &[u8], max_head: usize) {
 }
 
 /// Decode `block` as a request's header block, twice in a row on one decoder (the
-/// dynamic table carries over). Never panics; every field our own encoder writes decodes
-/// back to itself.
+/// dynamic table carries over). Never panics; every field our own encoders write (the
+/// stateless one, and the answers' with its table) decodes back to itself.
 pub fn hpack(block: &[u8]) {
     let mut d = hpack::Decoder::new(hpack::TABLE_SIZE);
     let mut n = 0usize;
@@ -60,4 +60,33 @@ pub fn hpack(block: &[u8]) {
         .decode(&enc, |a, b| got.push((a.to_vec(), b.to_vec())))
         .expect("our own encoding decodes");
     assert_eq!(got, [(name.to_vec(), value.to_vec())]);
+    // The answers' encoder: fields cut from the input (a byte's worth of length each, so
+    // some repeat and some are long), over three blocks with a table size change
+    // between, read back by a decoder that follows its table.
+    let mut enc = hpack::Encoder::default();
+    let mut dec = hpack::Decoder::new(hpack::TABLE_SIZE);
+    for round in 0..3u32 {
+        if round == 2 {
+            enc.allow(block.first().map_or(0, |&b| b as u32 * 16));
+        }
+        let mut fields = Vec::new();
+        let mut rest = block;
+        while let [n, v, tail @ ..] = rest {
+            let (n, v) = ((*n as usize % 8) + 1, *v as usize % 200);
+            if tail.len() < n + v {
+                break;
+            }
+            fields.push((tail[..n].to_ascii_lowercase(), tail[n..n + v].to_vec()));
+            rest = &tail[n + v..];
+        }
+        let mut out = Vec::new();
+        enc.begin(&mut out);
+        for (n, v) in &fields {
+            enc.field(&mut out, n, v);
+        }
+        let mut got = Vec::new();
+        dec.decode(&out, |a, b| got.push((a.to_vec(), b.to_vec())))
+            .expect("the encoder's blocks decode");
+        assert_eq!(got, fields);
+    }
 }

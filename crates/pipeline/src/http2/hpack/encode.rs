@@ -311,17 +311,9 @@ impl Encoder {
     pub(crate) fn field(&mut self, out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
         let h = hash(name, value);
         let slot = (h >> 58) as usize % SLOTS;
-        if let Some(&seq) = self.slots.get(slot) {
-            if seq > self.first {
-                let k = (seq - 1 - self.first) as usize;
-                if let Some(e) = self.entries.get(k) {
-                    let (n, v) = e.bytes.split_at(e.name);
-                    if e.hash == h && n == name && v == value {
-                        integer(out, 0x80, 7, 62 + (self.entries.len() - 1 - k));
-                        return;
-                    }
-                }
-            }
+        if let Some(k) = self.find(slot, h, name, value) {
+            integer(out, 0x80, 7, 62 + (self.entries.len() - 1 - k));
+            return;
         }
         if name == b"set-cookie" {
             // Never indexed, here or by an intermediary (§7.1.3).
@@ -345,6 +337,26 @@ impl Encoder {
         self.changes += 1;
         self.size += size;
         self.slots[slot] = self.first + self.entries.len() as u64;
+    }
+
+    /// Where the table holds `name: value` (hash `h`): the slot's entry, else the newest
+    /// entry with the same hash (two fields may share a slot; the slot then points to the
+    /// one found last).
+    fn find(&mut self, slot: usize, h: u64, name: &[u8], value: &[u8]) -> Option<usize> {
+        let seq = *self.slots.get(slot)?;
+        let same = |e: &Entry| {
+            let (n, v) = e.bytes.split_at(e.name);
+            e.hash == h && n == name && v == value
+        };
+        if seq > self.first {
+            let k = (seq - 1 - self.first) as usize;
+            if self.entries.get(k).is_some_and(same) {
+                return Some(k);
+            }
+        }
+        let k = self.entries.iter().rposition(same)?;
+        self.slots[slot] = self.first + k as u64 + 1;
+        Some(k)
     }
 
     /// Evict the oldest entries until `room` more bytes fit within `max` (§4.4).
@@ -440,6 +452,26 @@ mod tests {
             }
             assert_eq!(decode(&mut d, &block(&mut e, &f)), f, "round {round}");
             assert!(d.table_size() <= e.max);
+        }
+    }
+
+    #[test]
+    fn fields_that_share_a_hash_slot_are_both_found() {
+        let mut e = Encoder::default();
+        // Find two fields whose hashes fall in the same slot.
+        let slot = |v: &str| (hash(b"x-a", v.as_bytes()) >> 58) as usize % SLOTS;
+        let first = "0".to_string();
+        let other = (1..10_000)
+            .map(|i| i.to_string())
+            .find(|v| slot(v) == slot(&first))
+            .unwrap();
+        let f = fields(&[("x-a", &first), ("x-a", &other)]);
+        let mut d = Decoder::new(TABLE_SIZE);
+        decode(&mut d, &block(&mut e, &f));
+        for _ in 0..3 {
+            let b = block(&mut e, &f);
+            assert_eq!(b.len(), 2, "{b:x?}");
+            assert_eq!(decode(&mut d, &b), f);
         }
     }
 
