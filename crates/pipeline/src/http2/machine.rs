@@ -570,6 +570,9 @@ impl<L> Machine<L> {
         if id % 2 == 0 {
             return Err(ConnError(Code::PROTOCOL_ERROR));
         }
+        // A connection's first request is not remembered: one that asks once and idles
+        // keeps nothing of it.
+        let first = self.max_seen == 0;
         self.max_seen = id;
         if self.going_away.is_some_and(|last| id > last) {
             // After GOAWAY new streams are ignored (§6.8); the client may retry them.
@@ -588,7 +591,7 @@ impl<L> Machine<L> {
             None => {
                 let request = self.fields.finish();
                 if let Ok(r) = &request {
-                    if self.decoder.changes() == changes {
+                    if self.decoder.changes() == changes && !first {
                         self.remember_request(block, r, changes);
                     }
                 }

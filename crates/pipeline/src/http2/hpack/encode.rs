@@ -166,6 +166,9 @@ pub(crate) struct Encoder {
     /// Per hash slot, the sequence number plus one of the newest entry that had it
     /// (0: none). Allocated with the first entry.
     slots: Vec<u64>,
+    /// Blocks begun since the table was last emptied: the first is written without
+    /// indexing, so a connection that asks once and idles allocates no table.
+    blocks: u32,
     /// Counts the table's changes (entries in, sizes changed, emptied).
     changes: u64,
     /// The last block that changed nothing in the table, to write again while the table
@@ -193,6 +196,7 @@ impl Default for Encoder {
             max: TABLE_SIZE,
             announce: None,
             slots: Vec::new(),
+            blocks: 0,
             changes: 0,
             repeat: None,
         }
@@ -241,6 +245,7 @@ impl Encoder {
         self.first = 0;
         self.size = 0;
         self.announce = Some(0);
+        self.blocks = 0;
         self.changes += 1;
         self.repeat = None;
     }
@@ -266,7 +271,7 @@ impl Encoder {
     /// Remember `block` under `key` (whose addresses point into `keep`), if encoding it
     /// changed nothing in the table (`changes` is what `changes()` said before).
     pub(crate) fn remember(&mut self, key: [u64; 5], keep: &Bytes, block: &[u8], changes: u64) {
-        if changes != self.changes {
+        if changes != self.changes || self.blocks < 2 {
             return;
         }
         let r = self.repeat.get_or_insert_with(|| {
@@ -288,6 +293,7 @@ impl Encoder {
 
     /// Start a block: the size updates owed (§6.3), at most two, the smallest first.
     pub(crate) fn begin(&mut self, out: &mut Vec<u8>) {
+        self.blocks = self.blocks.saturating_add(1);
         if let Some(low) = self.announce.take() {
             if low < self.max {
                 integer(out, 0x20, 5, low);
@@ -320,7 +326,7 @@ impl Encoder {
             return literal(out, 0x10, 4, name, value);
         }
         let size = name.len() + value.len() + ENTRY_OVERHEAD;
-        if value.len() > MAX_INDEXED_VALUE || size > self.max {
+        if value.len() > MAX_INDEXED_VALUE || size > self.max || self.blocks < 2 {
             return field(out, name, value);
         }
         // Literal with incremental indexing (§6.2.1).
@@ -394,6 +400,13 @@ mod tests {
         out
     }
 
+    /// An encoder past a connection's first block (which indexes nothing).
+    fn warm() -> Encoder {
+        let mut e = Encoder::default();
+        e.begin(&mut Vec::new());
+        e
+    }
+
     fn fields(list: &[(&str, &str)]) -> Fields {
         list.iter()
             .map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec()))
@@ -402,7 +415,7 @@ mod tests {
 
     #[test]
     fn repeated_fields_cost_a_byte_each_after_their_first_block() {
-        let (mut e, mut d) = (Encoder::default(), Decoder::new(TABLE_SIZE));
+        let (mut e, mut d) = (warm(), Decoder::new(TABLE_SIZE));
         let f = fields(&[
             ("server", "ramjet"),
             ("date", "Thu, 26 Nov 2026 18:45:20 GMT"),
@@ -427,7 +440,7 @@ mod tests {
 
     #[test]
     fn eviction_keeps_encoder_and_decoder_in_step_over_many_blocks() {
-        let (mut e, mut d) = (Encoder::default(), Decoder::new(TABLE_SIZE));
+        let (mut e, mut d) = (warm(), Decoder::new(TABLE_SIZE));
         let mut x: u64 = 0x2545_f491_4f6c_dd1d;
         let mut next = move || {
             x ^= x << 13;
@@ -457,7 +470,7 @@ mod tests {
 
     #[test]
     fn fields_that_share_a_hash_slot_are_both_found() {
-        let mut e = Encoder::default();
+        let mut e = warm();
         // Find two fields whose hashes fall in the same slot.
         let slot = |v: &str| (hash(b"x-a", v.as_bytes()) >> 58) as usize % SLOTS;
         let first = "0".to_string();
@@ -477,7 +490,7 @@ mod tests {
 
     #[test]
     fn a_smaller_table_is_announced_before_the_next_blocks_first_field() {
-        let mut e = Encoder::default();
+        let mut e = warm();
         let mut d = Decoder::new(TABLE_SIZE);
         let f = fields(&[("server", "ramjet"), ("x-a", "b")]);
         decode(&mut d, &block(&mut e, &f));
@@ -504,7 +517,7 @@ mod tests {
 
     #[test]
     fn a_forgotten_table_is_emptied_on_the_client_too() {
-        let (mut e, mut d) = (Encoder::default(), Decoder::new(TABLE_SIZE));
+        let (mut e, mut d) = (warm(), Decoder::new(TABLE_SIZE));
         let f = fields(&[("server", "ramjet"), ("vary", "accept-encoding")]);
         decode(&mut d, &block(&mut e, &f));
         e.forget();
@@ -512,7 +525,23 @@ mod tests {
         // Size 0, then 4096 (0x3f, 4065 in 7-bit groups), then two literals.
         assert_eq!(&b[..4], &[0x20, 0x3f, 0xe1, 0x1f]);
         assert_eq!(decode(&mut d, &b), f);
+        assert_eq!(d.table_size(), 0);
+        // Its first block after that indexes nothing; the next fills the table again.
+        assert_eq!(decode(&mut d, &block(&mut e, &f)), f);
         assert_eq!(block(&mut e, &f), [0x80 | 63, 0x80 | 62]);
+    }
+
+    #[test]
+    fn a_connections_first_block_allocates_no_table() {
+        let (mut e, mut d) = (Encoder::default(), Decoder::new(TABLE_SIZE));
+        let f = fields(&[("server", "ramjet"), ("etag", "\"1\"")]);
+        let b = block(&mut e, &f);
+        assert_eq!(decode(&mut d, &b), f);
+        assert!(e.entries.is_empty() && e.slots.is_empty());
+        e.remember([0; 5], &Bytes::new(), &b, e.changes());
+        assert!(e.repeat.is_none());
+        assert_eq!(decode(&mut d, &block(&mut e, &f)), f);
+        assert_eq!(e.entries.len(), 2);
     }
 
     #[test]
@@ -540,9 +569,10 @@ mod tests {
 
     #[test]
     fn statuses_outside_the_static_table_are_indexed_after_their_first_use() {
-        let (mut e, mut d) = (Encoder::default(), Decoder::new(TABLE_SIZE));
+        let (mut e, mut d) = (warm(), Decoder::new(TABLE_SIZE));
         for _ in 0..2 {
             let mut out = Vec::new();
+            e.begin(&mut out);
             e.status(&mut out, 302);
             e.status(&mut out, 200);
             assert_eq!(
@@ -551,6 +581,7 @@ mod tests {
             );
         }
         let mut out = Vec::new();
+        e.begin(&mut out);
         e.status(&mut out, 302);
         assert_eq!(out, [0x80 | 62]);
     }
