@@ -102,7 +102,6 @@ pub(super) async fn serve<C: Content>(
     // not keep it.
     let rest = 'answer: {
         let config = &gen.config;
-        let id = new.id;
         let raw = match new.request {
             Ok(r) => r,
             Err(Refused::TooLarge) => {
