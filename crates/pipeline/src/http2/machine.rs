@@ -858,12 +858,19 @@ impl<L> Machine<L> {
     /// connection's encoder.
     pub(crate) fn interim(&mut self, id: u32, block: &[u8]) {
         if self.index(id).is_some() {
-            let mut b = Vec::with_capacity(block.len() + 4);
-            self.encoder.begin(&mut b);
-            b.extend_from_slice(block);
-            let max = self.peer_max_frame;
-            self.out.put(|o| frame::header_block(o, id, &b, false, max));
+            self.literal_block(id, block, false);
         }
+    }
+
+    /// Frame a header block built without the encoder (its fields literals that are not
+    /// indexed): only the size updates owed go before it.
+    fn literal_block(&mut self, id: u32, block: &[u8], end_stream: bool) {
+        let mut b = Vec::with_capacity(block.len() + 4);
+        self.encoder.begin(&mut b);
+        b.extend_from_slice(block);
+        let max = self.peer_max_frame;
+        self.out
+            .put(|o| frame::header_block(o, id, &b, end_stream, max));
     }
 
     /// What the access log and counters record when stream `id` ends.
@@ -1020,15 +1027,8 @@ impl<L> Machine<L> {
             let id = s.id;
             s.send_closed = true;
             match finish {
-                Some(trailers) => {
-                    // Built when the body ended, without the encoder: only the size
-                    // updates owed go before it.
-                    let mut block = Vec::with_capacity(trailers.len() + 4);
-                    self.encoder.begin(&mut block);
-                    block.extend_from_slice(&trailers);
-                    self.out
-                        .put(|o| frame::header_block(o, id, &block, true, max_frame))
-                }
+                // Built when the body ended, without the encoder.
+                Some(trailers) => self.literal_block(id, &trailers, true),
                 None => self
                     .out
                     .put(|o| frame::head(o, 0, frame::DATA, frame::END_STREAM, id)),

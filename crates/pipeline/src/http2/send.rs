@@ -196,6 +196,15 @@ pub(super) enum Stopped {
     Source,
 }
 
+impl From<Part> for Chunk {
+    fn from(p: Part) -> Chunk {
+        match p {
+            Part::Bytes(b) => Chunk::Bytes(b),
+            Part::File { file, offset, len } => Chunk::File { file, offset, len },
+        }
+    }
+}
+
 /// Queue `body` on stream `id` and end it now, when it is in memory or in files (no
 /// send rate applies); a produced body is given back, to be sent by `body`.
 pub(super) fn body_now(m: &Shared, id: u32, body: Body) -> Result<Option<Body>, Stopped> {
@@ -205,15 +214,7 @@ pub(super) fn body_now(m: &Shared, id: u32, body: Body) -> Result<Option<Body>, 
         Body::Empty | Body::Upgrade(_) => true,
         Body::Bytes(b) => m.push(id, Chunk::Bytes(b)),
         Body::File { file, offset, len } => m.push(id, Chunk::File { file, offset, len }),
-        Body::Parts(parts) => parts.into_iter().all(|p| {
-            m.push(
-                id,
-                match p {
-                    Part::Bytes(b) => Chunk::Bytes(b),
-                    Part::File { file, offset, len } => Chunk::File { file, offset, len },
-                },
-            )
-        }),
+        Body::Parts(parts) => parts.into_iter().all(|p| m.push(id, Chunk::from(p))),
     };
     if queued && m.finish(id, None) {
         Ok(None)
@@ -239,14 +240,7 @@ pub(super) async fn body(
         Body::Empty | Body::Upgrade(_) => {}
         Body::Bytes(b) => pieces.push(Chunk::Bytes(b)),
         Body::File { file, offset, len } => pieces.push(Chunk::File { file, offset, len }),
-        Body::Parts(parts) => {
-            for p in parts {
-                pieces.push(match p {
-                    Part::Bytes(b) => Chunk::Bytes(b),
-                    Part::File { file, offset, len } => Chunk::File { file, offset, len },
-                });
-            }
-        }
+        Body::Parts(parts) => pieces.extend(parts.into_iter().map(Chunk::from)),
         Body::Stream(mut source) => {
             let declared = source.length();
             let mut sent = 0u64;
