@@ -353,7 +353,8 @@ def flood_report(servers, args, cert, key):
              f"Command: `python3 bench/h2.py {' '.join(sys.argv[1:])}`", "",
              f"Each server alone on CPU 0. `ramjet bench --h2 -c 10 --pipeline 1` (6-byte file) for "
              f"{args.duration} s alone, then again while `bench/h2_flood.py` (2 attacker connections, "
-             f"reconnecting whenever closed) sends a {args.flood} flood, all clients on CPU 1. Median of "
+             f"reconnecting {'as soon as a GOAWAY arrives' if '+leave' in args.flood else 'whenever closed'}) "
+             f"sends a {args.flood} flood, all clients on CPU 1. Median of "
              f"{args.rounds}.", "",
              "| server | p99 alone ms | p99 flooded ms | req/s alone | req/s flooded | errors | attacker connections closed/opened (per run) |",
              "|---|---:|---:|---:|---:|---:|---|"]

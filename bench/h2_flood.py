@@ -4,7 +4,8 @@
 the server closes one; prints how many connections it opened and how many the server ended.
 
 KIND: reset (Rapid Reset: HEADERS then RST_STREAM, new stream ids), ping, settings,
-empty-data, continuation.
+empty-data, continuation; with "+leave" (ping+leave) the attacker does not wait for the
+server to close: it reconnects as soon as it reads a GOAWAY.
 
     python3 bench/h2_flood.py 18553 7 reset [connections]
 """
@@ -43,7 +44,22 @@ def batch(kind, first_id):
     raise SystemExit(kind)
 
 
+def frames_seen(buf):
+    """Walk the frames at the front of `buf` (read from the connection's start): whether
+    one is a GOAWAY, and the bytes from the first frame not yet whole."""
+    at = 0
+    while at + 9 <= len(buf):
+        if buf[at + 3] == 7:
+            return True, b""
+        end = at + 9 + (buf[at] << 16 | buf[at + 1] << 8 | buf[at + 2])
+        if end > len(buf):
+            break
+        at = end
+    return False, buf[at:]
+
+
 def attacker(port, until, kind, stats):
+    kind, _, leave = kind.partition("+")
     while time.time() < until:
         try:
             s = socket.create_connection(("127.0.0.1", port))
@@ -53,6 +69,7 @@ def attacker(port, until, kind, stats):
         stats["opened"] += 1
         s.settimeout(0.5)
         sid = 1
+        seen = b""
         try:
             s.sendall(PREFACE + frame(4, 0, 0))
             while time.time() < until:
@@ -65,6 +82,10 @@ def attacker(port, until, kind, stats):
                         got = s.recv(65536)
                         if not got:
                             raise ConnectionError
+                        if leave:
+                            goaway, seen = frames_seen(seen + got)
+                            if goaway:
+                                raise ConnectionError
                         if len(got) < 65536:
                             break
                 except socket.timeout:

@@ -18,6 +18,7 @@ mod body;
 mod fields;
 mod frame;
 pub mod fuzz;
+mod hold;
 mod hpack;
 mod machine;
 pub mod meter;
@@ -88,6 +89,9 @@ enum End {
     Gone,
     /// Everything is written: close politely.
     Close,
+    /// The client flooded (ENHANCE_YOUR_CALM) and its GOAWAY is written: hold the
+    /// connection unread for `FLOOD_HOLD`, then drop it.
+    Flooded,
 }
 
 /// Serve an HTTP/2 connection on `transport` until it ends. `prefix`: the bytes already
@@ -327,7 +331,12 @@ pub(crate) async fn serve<C: Content>(
             return Poll::Ready(End::Gone);
         }
         if (failed || flooded) && out_empty {
-            return Poll::Ready(End::Close);
+            let calm = m.borrow().failed == Some(Code::ENHANCE_YOUR_CALM);
+            return Poll::Ready(if flooded || calm {
+                End::Flooded
+            } else {
+                End::Close
+            });
         }
         if (going_away || client_left) && !active && out_empty {
             return Poll::Ready(End::Close);
@@ -433,6 +442,16 @@ pub(crate) async fn serve<C: Content>(
     record(w, peer, &mut ended_last);
     match end {
         End::Close => close(&mut transport, &m, timeouts.send).await,
+        End::Flooded => {
+            drop(m);
+            drop(input);
+            if !w.stopping.get() {
+                tokio::select! {
+                    _ = hold::hold(&transport) => {}
+                    _ = shutdown.as_mut() => {}
+                }
+            }
+        }
         End::Gone => {}
         End::Park => {
             if Rc::strong_count(&m) != 1 {

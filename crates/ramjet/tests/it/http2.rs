@@ -511,20 +511,20 @@ fn assert_flood_closed(s: &Server, name: &str, attack: impl Fn(&mut Raw)) {
 fn floods_are_closed_with_goaway() {
     let s = server(&[("f", b"f")], "");
     assert_flood_closed(&s, "PING", |r| {
-        let all = frame(PING, 0, 0, &[0; 8]).repeat(10_000);
+        let all = frame(PING, 0, 0, &[0; 8]).repeat(1_000);
         r.send(&all);
     });
     assert_flood_closed(&s, "SETTINGS", |r| {
-        let all = frame(SETTINGS, 0, 0, &[]).repeat(10_000);
+        let all = frame(SETTINGS, 0, 0, &[]).repeat(1_000);
         r.send(&all);
     });
     assert_flood_closed(&s, "PRIORITY", |r| {
-        let all = frame(PRIORITY, 0, 1, &[0, 0, 0, 0, 16]).repeat(10_000);
+        let all = frame(PRIORITY, 0, 1, &[0, 0, 0, 0, 16]).repeat(2_000);
         r.send(&all);
     });
     assert_flood_closed(&s, "Rapid Reset", |r| {
         let mut all = Vec::new();
-        for i in 0..2_000u32 {
+        for i in 0..500u32 {
             let id = 2 * i + 1;
             all.extend(frame(HEADERS, END_HEADERS | END_STREAM, id, &get("/f")));
             all.extend(frame(RST_STREAM, 0, id, &8u32.to_be_bytes()));
@@ -533,12 +533,12 @@ fn floods_are_closed_with_goaway() {
     });
     assert_flood_closed(&s, "empty DATA", |r| {
         let mut all = frame(HEADERS, END_HEADERS, 1, &get("/f"));
-        all.extend(frame(DATA, 0, 1, &[]).repeat(10_000));
+        all.extend(frame(DATA, 0, 1, &[]).repeat(1_000));
         r.send(&all);
     });
     assert_flood_closed(&s, "CONTINUATION", |r| {
         let mut all = frame(HEADERS, 0, 1, &get("/f"));
-        all.extend(frame(CONTINUATION, 0, 1, &[]).repeat(10_000));
+        all.extend(frame(CONTINUATION, 0, 1, &[]).repeat(1_000));
         r.send(&all);
     });
     // PING acknowledgements and window updates are not floods, nor are many requests.
@@ -563,6 +563,34 @@ fn floods_are_closed_with_goaway() {
         "empty DATA flood",
         "CONTINUATION flood",
     ]);
+}
+
+#[test]
+fn a_flooding_connection_is_held_unread_after_its_goaway_then_closed() {
+    let s = server(&[("f", b"f")], "");
+    let mut r = Raw::open(s.addr);
+    let sent = Instant::now();
+    r.send(&frame(PING, 0, 0, &[0; 8]).repeat(1_000));
+    assert_eq!(r.goaway(), Some(ENHANCE_YOUR_CALM));
+    // More PINGs are not read: none is answered, and the connection ends after the hold
+    // (2 s from the GOAWAY), not at once, so the attacker cannot reconnect at once.
+    r.send(&frame(PING, 0, 0, &[1; 8]).repeat(50));
+    let mut answered = 0;
+    while let Some((kind, flags, _, p)) = r.next() {
+        if kind == PING && flags & 1 == 1 && p == [1; 8] {
+            answered += 1;
+        }
+    }
+    let held = sent.elapsed();
+    assert_eq!(answered, 0, "PINGs after the GOAWAY were answered");
+    assert!(
+        held >= Duration::from_millis(1900),
+        "closed {held:?} after the flood began: not held"
+    );
+    // Others are served meanwhile and after.
+    let (ok, body) = h2c(&[&s.url("/f")]);
+    assert!(ok && body == b"f");
+    s.assert_clean_log(&["PING flood"]);
 }
 
 #[test]
