@@ -298,7 +298,7 @@ impl<C: Content> HttpWorker<C> {
         peer: SocketAddr,
         listener: u16,
         client: Option<ClientConnection>,
-        h2: Option<Box<crate::http2::Idle>>,
+        h2: Option<crate::http2::Idle>,
     ) {
         self.open.set(self.open.get() + 1);
         self.stats.open.add(1);

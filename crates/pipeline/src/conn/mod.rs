@@ -155,7 +155,7 @@ pub(crate) type Rest = (
     SocketAddr,
     u16,
     Instant,
-    Option<Box<crate::http2::Idle>>,
+    Option<crate::http2::Idle>,
 );
 
 /// How [`Conn::serve`] ended.

@@ -260,6 +260,16 @@ impl<L> Machine<L> {
         self.out.release();
     }
 
+    /// Quiet, and parked: the closed streams remembered are forgotten too (a HEADERS
+    /// frame on one of them is then a PROTOCOL_ERROR rather than STREAM_CLOSED, both
+    /// ending the connection), and the decoder's scratch given back, so a parked state
+    /// holds no memory of its own but the client's HPACK table.
+    pub(crate) fn park(&mut self) {
+        self.quiet();
+        self.closed = VecDeque::new();
+        self.decoder.release();
+    }
+
     /// The client's SETTINGS came (after the preface).
     pub(crate) fn greeted(&self) -> bool {
         self.greeted

@@ -20,6 +20,7 @@ mod frame;
 pub mod fuzz;
 mod hold;
 mod hpack;
+mod idle;
 mod machine;
 pub mod meter;
 mod out;
@@ -27,6 +28,7 @@ mod send;
 mod stream;
 
 pub(crate) use body::StreamBody;
+pub(crate) use idle::Idle;
 pub(crate) use meter::PREFACE;
 
 use std::cell::RefCell;
@@ -71,16 +73,6 @@ pub(super) type Shared = Rc<RefCell<Machine<Box<LogLine>>>>;
 type Task<'w> = Pin<Box<dyn Future<Output = ()> + 'w>>;
 type Warming = Pin<Box<dyn Future<Output = (u32, u64, Option<Bytes>)>>>;
 
-/// An idle HTTP/2 connection's state while it waits in the worker's parking lot: the
-/// protocol state (settings, windows, the client's HPACK table, the streams it may no
-/// longer use), with nothing kept for streams; and when its keep-alive time ends.
-pub(crate) struct Idle {
-    /// The connection's own (no other reference is left): kept where it was allocated,
-    /// so parking moves nothing.
-    machine: Shared,
-    deadline: Instant,
-}
-
 /// How the loop ended.
 enum End {
     /// Idle for `park::PARK_AFTER` on a plain socket: the task ends, the state is parked.
@@ -106,7 +98,7 @@ pub(crate) async fn serve<C: Content>(
     peer: SocketAddr,
     listener: u16,
     refuse: bool,
-    resumed: Option<Box<Idle>>,
+    resumed: Option<Idle>,
 ) -> Option<crate::conn::Rest> {
     let mut gen = w.current();
     let mut seen = w.generation.get();
@@ -124,7 +116,7 @@ pub(crate) async fn serve<C: Content>(
                 .deadline
                 .checked_sub(timeouts.keepalive)
                 .unwrap_or(quiet_since);
-            idle.machine
+            Rc::new(RefCell::new(idle.resume()))
         }
         None => {
             w.stats.http2_connections.add(1);
@@ -454,12 +446,9 @@ pub(crate) async fn serve<C: Content>(
         }
         End::Gone => {}
         End::Park => {
-            if Rc::strong_count(&m) != 1 {
-                // A stream's task still holds it (none should): not parked, closed.
-                return None;
-            }
-            m.borrow_mut().quiet();
-            let machine = m;
+            // A stream's task still holding it (none should): not parked, closed.
+            let mut machine = Rc::try_unwrap(m).ok()?.into_inner();
+            machine.park();
             let deadline = quiet_since + timeouts.keepalive;
             let stream = transport.into_plain()?;
             return Some((
@@ -467,7 +456,7 @@ pub(crate) async fn serve<C: Content>(
                 peer,
                 listener,
                 deadline,
-                Some(Box::new(Idle { machine, deadline })),
+                Some(Idle::keep(machine, deadline)),
             ));
         }
     }

@@ -148,3 +148,38 @@ fn an_idle_h2c_connection_is_parked_with_its_hpack_table() {
     parked(&s, 0);
     s.assert_clean_log(&[]);
 }
+
+/// Parked HTTP/2 connections hold little memory: their states are moved out of the
+/// memory their streams used (which then goes back to the kernel). Measured as the growth
+/// of the server's resident memory over 1,000 connections parked after one request each
+/// (one worker); before the move, each held 7-8 KB (a page of its freed memory kept
+/// resident).
+#[test]
+fn parked_h2c_connections_hold_little_memory() {
+    use crate::http2::{frame, get, Raw, END_HEADERS, END_STREAM, HEADERS};
+    let s = crate::server_with(&[("a.txt", b"a")], &format!("workers = 1\n{STATUS}"));
+    let open = |n: usize| -> Vec<Raw> {
+        (0..n)
+            .map(|_| {
+                let mut r = Raw::open(s.addr);
+                r.send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &get("/a.txt")));
+                assert_eq!(r.body_of(1), Some(1));
+                r
+            })
+            .collect()
+    };
+    // The worker's pools and tables grown first, then given back.
+    drop(open(100));
+    parked(&s, 0);
+    let base = s.status_kb("VmRSS").unwrap();
+    const N: u64 = 1000;
+    let held = open(N as usize);
+    parked(&s, N);
+    // Freed memory goes back at the next heap trim (at most one a second).
+    crate::poll_until(|| {
+        let grown = s.status_kb("VmRSS").unwrap().saturating_sub(base);
+        (grown * 1024 / N < 3 * 1024).then_some(())
+    });
+    drop(held);
+    s.assert_clean_log(&[]);
+}

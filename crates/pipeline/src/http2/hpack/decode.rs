@@ -41,6 +41,12 @@ enum Str {
 }
 
 impl Decoder {
+    /// Give back the scratch buffers (an idle connection's decoder keeps only its table).
+    pub(crate) fn release(&mut self) {
+        self.name = Vec::new();
+        self.value = Vec::new();
+    }
+
     pub(crate) fn new(allowed: usize) -> Decoder {
         Decoder {
             table: VecDeque::new(),
