@@ -93,12 +93,11 @@ impl Idle {
         Idle { index, deadline }
     }
 
-    /// The state back, out of the store.
-    pub(super) fn resume(mut self) -> State {
+    /// The state back, out of the store (`None` on another thread than the worker's
+    /// that kept it, which does not happen: parked connections stay on their worker).
+    pub(super) fn resume(mut self) -> Option<State> {
         let index = std::mem::replace(&mut self.index, TAKEN);
-        STORE
-            .with_borrow_mut(|s| s.take(index))
-            .expect("a parked connection's state is in its worker's store")
+        STORE.with_borrow_mut(|s| s.take(index))
     }
 }
 
@@ -140,7 +139,7 @@ mod tests {
         let mut kept: Vec<Idle> = (0..200).map(|_| Idle::keep(state(), now)).collect();
         assert_eq!(chunks(), 4);
         // Places are reused lowest first.
-        let back = kept.remove(10).resume();
+        let back = kept.remove(10).resume().unwrap();
         drop(back);
         let again = Idle::keep(state(), now);
         assert_eq!(again.index, 10);
@@ -148,10 +147,19 @@ mod tests {
         // Resumed or dropped, all go; the chunks with them.
         for (n, idle) in kept.into_iter().enumerate() {
             if n % 2 == 0 {
-                drop(idle.resume());
+                drop(idle.resume().unwrap());
             }
         }
         assert_eq!(chunks(), 0);
         assert!(STORE.with_borrow(|s| s.free.is_empty()));
+    }
+
+    #[test]
+    fn a_state_asked_for_on_another_thread_is_not_there() {
+        let idle = Idle::keep(state(), Instant::now());
+        let got = std::thread::spawn(move || idle.resume().is_some())
+            .join()
+            .unwrap();
+        assert!(!got);
     }
 }

@@ -116,7 +116,8 @@ pub(crate) async fn serve<C: Content>(
                 .deadline
                 .checked_sub(timeouts.keepalive)
                 .unwrap_or(quiet_since);
-            Rc::new(RefCell::new(idle.resume()))
+            // Not in this worker's store (it always is): the connection ends.
+            Rc::new(RefCell::new(idle.resume()?))
         }
         None => {
             w.stats.http2_connections.add(1);
