@@ -16,6 +16,7 @@
 
 mod body;
 mod fields;
+mod flood_report;
 mod frame;
 pub mod fuzz;
 mod hold;
@@ -516,7 +517,7 @@ impl Input {
 }
 
 fn flood<C: Content>(w: &HttpWorker<C>, m: &Shared, peer: SocketAddr, f: meter::Flood) {
-    tracing::warn!("{peer}: {}: closing the connection (GOAWAY)", f.as_str());
+    flood_report::warn(peer, f.as_str());
     w.stats.http2_floods.add(1);
     m.borrow_mut().fail(Code::ENHANCE_YOUR_CALM);
 }

@@ -566,6 +566,34 @@ fn floods_are_closed_with_goaway() {
 }
 
 #[test]
+fn floods_are_warned_of_at_most_once_a_second_per_worker() {
+    let s = server(&[("f", b"f")], "");
+    let start = Instant::now();
+    const FLOODS: usize = 30;
+    for _ in 0..FLOODS {
+        let mut r = Raw::open(s.addr);
+        r.send(&frame(PING, 0, 0, &[0; 8]).repeat(1_000));
+        assert_eq!(r.goaway(), Some(ENHANCE_YOUR_CALM));
+    }
+    let secs = start.elapsed().as_secs() as usize;
+    // Every flood was closed; the log has a line for the first of each second on each
+    // worker (2 here) and not one per flood.
+    let warned = || {
+        s.stderr()
+            .iter()
+            .filter(|l| l.contains("PING flood"))
+            .count()
+    };
+    crate::poll_until(|| (warned() >= 1).then_some(()));
+    let lines = warned();
+    assert!(
+        lines <= 2 * (secs + 2) && lines < FLOODS,
+        "{lines} warnings for {FLOODS} floods in {secs} s"
+    );
+    s.assert_clean_log(&["PING flood"]);
+}
+
+#[test]
 fn a_flooding_connection_is_held_unread_after_its_goaway_then_closed() {
     let s = server(&[("f", b"f")], "");
     let mut r = Raw::open(s.addr);
