@@ -72,6 +72,26 @@ impl Transport {
         }
     }
 
+    /// Read and drop what the client sends, through `buf` (emptied each time; a
+    /// reserved capacity is what one read takes), until it closes or fails (`true`) or
+    /// `limit` bytes were read (`false`). Callers bound the time.
+    pub(crate) async fn drain(&self, buf: &mut Vec<u8>, limit: usize) -> bool {
+        let mut read = 0;
+        while read < limit {
+            if self.readable().await.is_err() {
+                return true;
+            }
+            buf.clear();
+            match self.try_read_buf(buf) {
+                Ok(0) => return true,
+                Ok(n) => read += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(_) => return true,
+            }
+        }
+        false
+    }
+
     /// After a short read drained the socket: forget tokio's readiness, so the next wait
     /// does not begin with a read that finds nothing (a WouldBlock from `try_io` clears
     /// readiness without a system call).

@@ -72,24 +72,10 @@ impl Conn {
             return;
         }
         let _ = self.stream.shutdown().await;
-        let deadline = Instant::now() + LINGER;
-        let mut drained = 0;
         // Reuse the read buffer: a local array here would live in every connection's future.
         self.buf.clear();
         self.start = 0;
         self.buf.reserve(READ_BUFFER);
-        while drained < LINGER_BYTES {
-            tokio::select! {
-                r = self.stream.readable() => if r.is_err() { return },
-                _ = tokio::time::sleep_until(deadline) => return,
-            }
-            self.buf.clear();
-            match self.stream.try_read_buf(&mut self.buf) {
-                Ok(0) => return,
-                Ok(n) => drained += n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(_) => return,
-            }
-        }
+        let _ = tokio::time::timeout(LINGER, self.stream.drain(&mut self.buf, LINGER_BYTES)).await;
     }
 }

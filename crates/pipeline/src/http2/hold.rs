@@ -4,7 +4,6 @@
 //! time, thousands a second, more work than answering its PINGs (measured in
 //! `bench/results/2026-11-27-h2-flood-hold/`).
 
-use std::io;
 use std::time::Duration;
 
 use crate::transport::Transport;
@@ -19,21 +18,10 @@ const HOLD_READ: usize = 64 << 10;
 /// socket's buffers fill and the attacker's writes block) until the time is up.
 pub(super) async fn hold(transport: &Transport) {
     let _ = tokio::time::timeout(FLOOD_HOLD, async {
-        let mut left = HOLD_READ;
         let mut sink = Vec::with_capacity(4096);
-        while left > 0 {
-            if transport.readable().await.is_err() {
-                return;
-            }
-            sink.clear();
-            match transport.try_read_buf(&mut sink) {
-                Ok(0) => return,
-                Ok(n) => left = left.saturating_sub(n),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => return,
-            }
+        if !transport.drain(&mut sink, HOLD_READ).await {
+            std::future::pending::<()>().await;
         }
-        std::future::pending::<()>().await;
     })
     .await;
 }

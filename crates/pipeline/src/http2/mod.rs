@@ -581,20 +581,6 @@ async fn close(transport: &mut Transport, m: &Shared, send_timeout: Duration) {
         return;
     }
     transport.shutdown().await;
-    let _ = tokio::time::timeout(GOAWAY_GRACE, async {
-        let mut sink = Vec::with_capacity(4096);
-        loop {
-            if transport.readable().await.is_err() {
-                return;
-            }
-            sink.clear();
-            match transport.try_read_buf(&mut sink) {
-                Ok(0) => return,
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => return,
-            }
-        }
-    })
-    .await;
+    let mut sink = Vec::with_capacity(4096);
+    let _ = tokio::time::timeout(GOAWAY_GRACE, transport.drain(&mut sink, usize::MAX)).await;
 }
