@@ -4,6 +4,10 @@
 # downloads, the server's CPU seconds, downloads per server CPU-second, and h2load's CPU.
 #
 #   bash bench/h2_download_ab.sh ROUNDS BINARY [BINARY ...]
+#
+# H2LOAD_ARGS adds h2load options to both protocols' runs, e.g. H2LOAD_ARGS="-f 256K" for a
+# client that allows DATA frames of 256 KiB instead of the default 16 KiB (browsers and
+# curl keep the default).
 set -eu
 R=$1; shift
 W=/tmp/ramjet-bench/h2-ab
@@ -25,7 +29,7 @@ for i in $(seq "$R"); do for b in "$@"; do
   line="$(basename "$b")"
   for flag in "" --h1; do
     t0=$(st $P)
-    out=$( { /usr/bin/time -f "CLI %U %S" taskset -c 1 h2load $flag -t 1 -c 4 -m 1 -D 5 http://127.0.0.1:18556/100m.bin; } 2>&1 )
+    out=$( { /usr/bin/time -f "CLI %U %S" taskset -c 1 h2load $flag ${H2LOAD_ARGS:-} -t 1 -c 4 -m 1 -D 5 http://127.0.0.1:18556/100m.bin; } 2>&1 )
     t1=$(st $P)
     n=$(echo "$out" | grep -oP 'requests: \d+ total, \d+ started, \d+ done, \K\d+')
     cli=$(echo "$out" | grep -oP 'CLI \K.*' | awk '{print $1+$2}')
