@@ -189,7 +189,7 @@ def run(server, profile, duration):
     before = server.cpu_ticks()
     log_before = origin_log()
     cmd = wrk(port, what, conns, duration)
-    out = subprocess.run(cmd, capture_output=True, text=True).stdout
+    out = compare.load_output(cmd)
     time.sleep(1)  # the origin's log buffer is flushed every second
     cpu = (server.cpu_ticks() - before) / compare.TICK
     r = compare.parse_wrk(out)

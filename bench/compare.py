@@ -330,6 +330,20 @@ def children_cpu():
     return r.ru_utime + r.ru_stime
 
 
+def load_output(cmd, timeout=None):
+    """What a load client printed; exits naming the command when it could not run or
+    failed (taskset's "failed to execute wrk" would otherwise read as 0 requests)."""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError as e:
+        raise SystemExit(f"{e}: bash bench/install-peers.sh installs the load tools")
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}): "
+                         f"{done.stderr.strip()[:300]} (bash bench/install-peers.sh installs "
+                         "the load tools)")
+    return done.stdout
+
+
 def run_load(client, server, profile, duration, ramjet_bin):
     """One measured run of `profile` against `server`, load pinned to CPU 1, after a 1 s
     warm-up with the same client. Records server CPU (from /proc) and client CPU (rusage)."""
@@ -339,7 +353,7 @@ def run_load(client, server, profile, duration, ramjet_bin):
     before = server.cpu_ticks()
     client_before = children_cpu()
     t0 = time.time()
-    out = subprocess.run(cmd, capture_output=True, text=True).stdout
+    out = load_output(cmd)
     wall = time.time() - t0
     client_cpu = children_cpu() - client_before
     cpu = (server.cpu_ticks() - before) / TICK

@@ -209,7 +209,7 @@ def run(proxy, profile, duration):
     before = proxy.cpu_ticks()
     t0 = time.time()
     cmd = wrk(port, profile, duration)
-    out = subprocess.run(cmd, capture_output=True, text=True).stdout
+    out = compare.load_output(cmd)
     wall = time.time() - t0
     cpu = (proxy.cpu_ticks() - before) / compare.TICK
     r = compare.parse_wrk(out)

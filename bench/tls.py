@@ -130,7 +130,7 @@ def load(kind, port, path, conns, duration):
         if kind == "wrk-close":
             cmd += ["-H", "Connection: close"]
         cmd.append(url)
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration * 10 + 60).stdout
+    out = compare.load_output(cmd, timeout=duration * 10 + 60)
     if kind == "h2load":
         m = re.search(r"requests: (\d+) total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed", out)
         fin = re.search(r"finished in ([\d.]+)s", out)
@@ -295,14 +295,14 @@ def flood(name, binary, duration, cert, key, rate):
     keepalive = ["taskset", "-c", "1", "wrk", "-t", "1", "-c", "10", "-d", f"{duration}s", "--latency", url]
     try:
         procstat.wait_port(PORTS[name], proc)
-        alone = compare.parse_wrk(subprocess.run(keepalive, capture_output=True, text=True).stdout)
+        alone = compare.parse_wrk(compare.load_output(keepalive))
         # Recorded ClientHellos, `rate` connections in flight: the server pays a full
         # handshake for each, the client nothing.
         h2 = subprocess.Popen(["taskset", "-c", "1", sys.executable, str(ROOT / "bench/hello_flood.py"),
                                str(PORTS[name]), str(duration + 2), str(rate)],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         time.sleep(1.0)
-        flooded = compare.parse_wrk(subprocess.run(keepalive, capture_output=True, text=True).stdout)
+        flooded = compare.parse_wrk(compare.load_output(keepalive))
         out = h2.communicate()[0]
         return alone, flooded, out
     finally:
