@@ -46,7 +46,9 @@ pub use ftp::FtpOptions;
 pub use handler::Handler;
 pub use headers::ResponseHeaders;
 pub use listen::Protocol;
-pub use module::{set_module_starter, ModuleError, ModuleInstance, ModuleMount, ModuleStarter};
+pub use module::{
+    set_module_starter, ModuleError, ModuleInstance, ModuleMount, ModuleStarter, MountContext,
+};
 pub use protect::BasicAuth;
 pub use redirect::RedirectOptions;
 pub use resolve::{for_directory, load_file, load_str};

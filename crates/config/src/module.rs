@@ -21,9 +21,29 @@ pub struct ModuleError {
     pub message: String,
 }
 
+/// What a module may use of the rest of the configuration when it is started.
+pub struct MountContext<'a> {
+    /// The configuration's `[upstream.NAME]` groups, resolved (a module may send to one by
+    /// name, as the WebAssembly host's granted upstreams do).
+    pub upstreams: &'a [crate::Upstream],
+}
+
+impl MountContext<'_> {
+    /// A context with nothing in it (a module started outside a configuration: tests).
+    pub const EMPTY: MountContext<'static> = MountContext { upstreams: &[] };
+
+    /// The `[upstream.NAME]` group called `name`.
+    pub fn upstream(&self, name: &str) -> Option<&crate::Upstream> {
+        self.upstreams.iter().find(|u| u.name == name)
+    }
+}
+
 /// Starts module `name` from its table.
-pub type ModuleStarter =
-    fn(name: &str, config: &toml::Table) -> Result<ModuleInstance, ModuleError>;
+pub type ModuleStarter = fn(
+    name: &str,
+    config: &toml::Table,
+    context: &MountContext<'_>,
+) -> Result<ModuleInstance, ModuleError>;
 
 static STARTER: OnceLock<ModuleStarter> = OnceLock::new();
 
@@ -32,9 +52,13 @@ pub fn set_module_starter(starter: ModuleStarter) {
     let _ = STARTER.set(starter);
 }
 
-pub(crate) fn start(name: &str, config: &toml::Table) -> Result<ModuleInstance, ModuleError> {
+pub(crate) fn start(
+    name: &str,
+    config: &toml::Table,
+    context: &MountContext<'_>,
+) -> Result<ModuleInstance, ModuleError> {
     match STARTER.get() {
-        Some(start) => start(name, config),
+        Some(start) => start(name, config, context),
         None => Err(ModuleError {
             key: None,
             message: "this program has no modules".into(),
@@ -64,6 +88,7 @@ impl Resolver<'_> {
         &self,
         l: &RawLocation,
         key: &str,
+        upstreams: &[crate::Upstream],
     ) -> Result<std::sync::Arc<crate::ModuleMount>, ConfigError> {
         let Some(name) = l.module.as_ref() else {
             return Err(self.err(
@@ -77,7 +102,7 @@ impl Resolver<'_> {
             .as_ref()
             .map(|t| t.get_ref().clone())
             .unwrap_or_default();
-        match crate::module::start(name.get_ref(), &config) {
+        match crate::module::start(name.get_ref(), &config, &MountContext { upstreams }) {
             Ok(instance) => Ok(std::sync::Arc::new(crate::ModuleMount {
                 name: name.get_ref().clone(),
                 config,

@@ -657,7 +657,7 @@ impl<'a> Resolver<'a> {
             false => None,
         };
         let module = match handlers.contains(&Handler::Module) {
-            true => Some(self.module(loc, key)?),
+            true => Some(self.module(loc, key, upstreams)?),
             false => None,
         };
         let cgi = match handlers.contains(&Handler::Cgi) {

@@ -20,7 +20,7 @@ use std::fs::File;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use ramjet_config::ModuleError;
+use ramjet_config::{ModuleError, MountContext};
 use serde::Deserialize;
 
 use crate::api::{Module, ModuleRequest, ModuleWorker, Reply};
@@ -54,7 +54,7 @@ struct Hello {
 }
 
 /// Start: check the options (an error names the key), open the file.
-fn start(config: &toml::Table) -> Result<Arc<dyn Module>, ModuleError> {
+fn start(config: &toml::Table, _: &MountContext<'_>) -> Result<Arc<dyn Module>, ModuleError> {
     let o: Options = options(config)?;
     let file = match o.file {
         None => None,

@@ -2,17 +2,21 @@
 
 use std::sync::Arc;
 
-use ramjet_config::{ModuleError, ModuleInstance};
+use ramjet_config::{ModuleError, ModuleInstance, MountContext};
 use serde::de::DeserializeOwned;
 
 use crate::api::Module;
+
+/// Starts a module's shared part from its mount's `module_config` table, with what it may
+/// use of the rest of the configuration.
+pub type Start = fn(&toml::Table, &MountContext<'_>) -> Result<Arc<dyn Module>, ModuleError>;
 
 /// A module this program can mount.
 pub struct Registration {
     /// As `module = "NAME"` names it.
     pub name: &'static str,
-    /// Start the shared part from the mount's `module_config` table.
-    pub start: fn(&toml::Table) -> Result<Arc<dyn Module>, ModuleError>,
+    /// Start the shared part ([`Start`]).
+    pub start: Start,
 }
 
 /// Every built-in module.
@@ -20,8 +24,12 @@ pub const BUILT_IN: &[Registration] = &[crate::hello::REGISTRATION, crate::specw
 
 /// The configuration's [`ramjet_config::ModuleStarter`]: start module `name` of
 /// [`BUILT_IN`] from its table.
-pub fn start(name: &str, config: &toml::Table) -> Result<ModuleInstance, ModuleError> {
-    start_among(&[], name, config)
+pub fn start(
+    name: &str,
+    config: &toml::Table,
+    context: &MountContext<'_>,
+) -> Result<ModuleInstance, ModuleError> {
+    start_among(&[], name, config, context)
 }
 
 /// As [`start`], with `more` modules than the built-in ones (hosts in other crates, such
@@ -30,6 +38,7 @@ pub fn start_among(
     more: &[Registration],
     name: &str,
     config: &toml::Table,
+    context: &MountContext<'_>,
 ) -> Result<ModuleInstance, ModuleError> {
     let mut all = BUILT_IN.iter().chain(more);
     let Some(r) = all.clone().find(|r| r.name == name) else {
@@ -42,7 +51,7 @@ pub fn start_among(
             ),
         });
     };
-    let module = (r.start)(config)?;
+    let module = (r.start)(config, context)?;
     Ok(Arc::new(module))
 }
 
@@ -106,7 +115,7 @@ mod tests {
 
     #[test]
     fn an_unknown_module_lists_the_known_ones() {
-        let e = start("nope", &toml::Table::new()).unwrap_err();
+        let e = start("nope", &toml::Table::new(), &MountContext::EMPTY).unwrap_err();
         assert!(e.message.contains("no module `nope`"), "{e:?}");
         assert!(e.message.contains("hello"), "{e:?}");
     }

@@ -28,7 +28,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use ramjet_config::ModuleError;
+use ramjet_config::{ModuleError, MountContext};
 use ramjet_specweb::frame;
 use ramjet_specweb::postlog::Post;
 use ramjet_specweb::request::{self, parse_post};
@@ -75,7 +75,7 @@ struct SpecWeb {
     log: PostLog,
 }
 
-fn start(config: &toml::Table) -> Result<Arc<dyn Module>, ModuleError> {
+fn start(config: &toml::Table, _: &MountContext<'_>) -> Result<Arc<dyn Module>, ModuleError> {
     let o: Options = options(config)?;
     let root = PathBuf::from(&o.root);
     if !root.is_absolute() || !root.is_dir() {

@@ -100,8 +100,9 @@ const MORE_MODULES: &[ramjet_modules::Registration] = &[
 fn start_module(
     name: &str,
     config: &toml::Table,
+    context: &ramjet_config::MountContext<'_>,
 ) -> Result<ramjet_config::ModuleInstance, ramjet_config::ModuleError> {
-    ramjet_modules::start_among(MORE_MODULES, name, config).map_err(|mut e| {
+    ramjet_modules::start_among(MORE_MODULES, name, config, context).map_err(|mut e| {
         if name == "wasm" && cfg!(not(feature = "wasm")) {
             e.message += "; WebAssembly modules need a build with `--features wasm`";
         }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use ramjet_config::ModuleError;
+use ramjet_config::{ModuleError, MountContext};
 use ramjet_modules::{
     option_error, LaterReply, Module, ModuleRequest, ModuleWorker, Registration, Reply,
 };
@@ -23,8 +23,8 @@ pub const REGISTRATION: Registration = Registration {
 
 /// Start a mount: check its options, compile (or take from the cache) and link its
 /// component. A component that does not fit the world is a configuration error.
-fn start(config: &toml::Table) -> Result<Arc<dyn Module>, ModuleError> {
-    let o = options::parse(config)?;
+fn start(config: &toml::Table, context: &MountContext<'_>) -> Result<Arc<dyn Module>, ModuleError> {
+    let o = options::parse(config, context)?;
     let engine = engine::engine().map_err(|e| option_error("component", e))?;
     let shown = o.component.display().to_string();
     let component = Component::from_file(engine, &o.component)

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ramjet_config::{ModuleError, Seconds, Size};
+use ramjet_config::{ModuleError, MountContext, Seconds, Size};
 use ramjet_modules::{option_error, options};
 use serde::Deserialize;
 
@@ -64,7 +64,7 @@ pub struct Options {
 }
 
 /// Check the table: every error names its key.
-pub fn parse(table: &toml::Table) -> Result<Options, ModuleError> {
+pub fn parse(table: &toml::Table, context: &MountContext<'_>) -> Result<Options, ModuleError> {
     let raw: Raw = options(table)?;
     let component = PathBuf::from(&raw.component);
     if !component.is_file() {
@@ -124,7 +124,7 @@ pub fn parse(table: &toml::Table) -> Result<Options, ModuleError> {
     }
     let mut upstreams = BTreeMap::new();
     for (name, url) in raw.upstreams {
-        let up = upstream::parse(&url, timeout)
+        let up = upstream::grant(&url, timeout, context)
             .map_err(|e| option_error(&format!("upstreams.{name}"), e))?;
         upstreams.insert(name, up);
     }
@@ -145,7 +145,7 @@ mod tests {
     use super::*;
 
     fn parse_str(s: &str) -> Result<Options, ModuleError> {
-        parse(&toml::from_str(s).unwrap())
+        parse(&toml::from_str(s).unwrap(), &MountContext::EMPTY)
     }
 
     #[test]

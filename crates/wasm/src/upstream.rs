@@ -1,5 +1,7 @@
-//! Named upstreams a mount grants its module (`upstreams = { api = "http://127.0.0.1:9000" }`):
-//! the module sends an HTTP/1.1 request to one by name and gets its whole answer back. The
+//! Named upstreams a mount grants its module (`upstreams = { api = "http://127.0.0.1:9000" }`,
+//! or `api = "app"` for the configuration's `[upstream.app]` group, as nginx's `proxy_pass
+//! http://app` names an upstream block when there is one): the module sends an HTTP/1.1
+//! request to one by name and gets its whole answer back. The
 //! host writes the request line, `Host`, the framing and `Connection: close` itself, checks
 //! what the module gives it (a method token, an origin-form path, fields without CR, LF or
 //! NUL), and reads the answer as the reverse proxy does (`proxy::response_head::parse`: one
@@ -7,25 +9,109 @@
 //! module's size limit. The module never holds a socket or sees an address.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+use ramjet_config::{MountContext, UpstreamAddr};
 
 use ramjet_http1::{BodyDecoder, BodyFraming};
 use ramjet_proxy::response_head::{self, Framing, Parsed};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
 
 /// The longest response head read.
 const HEAD_MAX: usize = 64 << 10;
 
+/// Where one server of an upstream listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Addr {
+    Tcp(SocketAddr),
+    Unix(PathBuf),
+}
+
 /// One granted upstream.
 #[derive(Debug, Clone)]
 pub struct Upstream {
-    /// `Host` as sent: the authority written in the configuration.
+    /// `Host` as sent: the authority written in the configuration, or the group's name.
     pub authority: String,
-    /// Its addresses, resolved at load; tried in order.
-    pub addrs: Vec<SocketAddr>,
+    /// Its servers, each with its weight. An address's are tried in order; a group's in
+    /// turn from the one [`Upstream::order`] starts at.
+    pub addrs: Vec<(Addr, u32)>,
     /// The whole exchange (connect, send, answer) must end within this.
     pub timeout: Duration,
+    /// A group's: each connect attempt must succeed within this (its `connect_timeout`).
+    pub connect_timeout: Option<Duration>,
+    /// Requests sent to a group so far, by every worker of the mount: where the next one
+    /// starts (weighted round-robin). `None` for an address.
+    turn: Option<Arc<AtomicU64>>,
+}
+
+impl Upstream {
+    /// The configuration's `[upstream.NAME]` group: its servers by weight, in turn from one
+    /// request to the next, the next one when a server cannot be reached.
+    pub fn group(u: &ramjet_config::Upstream, timeout: Duration) -> Upstream {
+        let addrs = u
+            .servers
+            .iter()
+            .map(|s| {
+                let addr = match &s.addr {
+                    UpstreamAddr::Tcp(a) => Addr::Tcp(*a),
+                    UpstreamAddr::Unix(p) => Addr::Unix(p.clone()),
+                };
+                (addr, s.weight.max(1))
+            })
+            .collect();
+        Upstream {
+            authority: u.name.clone(),
+            addrs,
+            timeout,
+            connect_timeout: Some(u.connect_timeout),
+            turn: Some(Arc::new(AtomicU64::new(0))),
+        }
+    }
+
+    /// The servers in the order this request tries them: an address's in order; a group's
+    /// from the server whose share of the weights the request's turn falls in, then the
+    /// ones after it, wrapping round.
+    pub fn order(&self) -> impl Iterator<Item = &Addr> {
+        let n = self.addrs.len();
+        let start = match &self.turn {
+            Some(turn) if n > 1 => {
+                let total: u64 = self.addrs.iter().map(|(_, w)| u64::from(*w)).sum();
+                let mut at = turn.fetch_add(1, Ordering::Relaxed) % total.max(1);
+                self.addrs
+                    .iter()
+                    .position(|(_, w)| {
+                        let inside = at < u64::from(*w);
+                        at = at.saturating_sub(u64::from(*w));
+                        inside
+                    })
+                    .unwrap_or(0)
+            }
+            _ => 0,
+        };
+        (0..n).map(move |i| &self.addrs[(start + i) % n].0)
+    }
+}
+
+/// What a mount's `upstreams.NAME` says: the name of the configuration's `[upstream.NAME]`
+/// group (with or without `http://`) when there is one, else an address ([`parse`]).
+pub fn grant(
+    value: &str,
+    timeout: Duration,
+    context: &MountContext<'_>,
+) -> Result<Upstream, String> {
+    let name = value
+        .strip_prefix("http://")
+        .unwrap_or(value)
+        .trim_end_matches('/');
+    match context.upstream(name) {
+        Some(group) if group.servers.is_empty() => Err(format!("[upstream.{name}] has no server")),
+        Some(group) => Ok(Upstream::group(group, timeout)),
+        None => parse(value, timeout),
+    }
 }
 
 /// Why a request to an upstream failed.
@@ -78,8 +164,10 @@ pub fn parse(url: &str, timeout: Duration) -> Result<Upstream, String> {
     }
     Ok(Upstream {
         authority: authority.to_string(),
-        addrs,
+        addrs: addrs.into_iter().map(|a| (Addr::Tcp(a), 1)).collect(),
         timeout,
+        connect_timeout: None,
+        turn: None,
     })
 }
 
@@ -162,14 +250,21 @@ async fn run(
     max: u64,
 ) -> Result<Answer, Failure> {
     let mut conn = None;
-    for addr in &up.addrs {
-        if let Ok(c) = TcpStream::connect(addr).await {
-            conn = Some(c);
+    for addr in up.order() {
+        let attempt = connect(addr);
+        let made = match up.connect_timeout {
+            Some(t) => tokio::time::timeout(t, attempt)
+                .await
+                .ok()
+                .and_then(Result::ok),
+            None => attempt.await.ok(),
+        };
+        if made.is_some() {
+            conn = made;
             break;
         }
     }
     let mut conn = conn.ok_or(Failure::Unreachable)?;
-    let _ = conn.set_nodelay(true);
     conn.write_all(&request)
         .await
         .map_err(|_| Failure::Unreachable)?;
@@ -216,14 +311,30 @@ async fn run(
     })
 }
 
-async fn read_more(conn: &mut TcpStream, buf: &mut Vec<u8>) -> Result<usize, Failure> {
+/// A connection to a server, over TCP or a Unix socket.
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+
+async fn connect(addr: &Addr) -> std::io::Result<Box<dyn Stream>> {
+    Ok(match addr {
+        Addr::Tcp(a) => {
+            let c = TcpStream::connect(a).await?;
+            let _ = c.set_nodelay(true);
+            Box::new(c)
+        }
+        Addr::Unix(p) => Box::new(UnixStream::connect(p).await?),
+    })
+}
+
+async fn read_more(conn: &mut Box<dyn Stream>, buf: &mut Vec<u8>) -> Result<usize, Failure> {
     buf.reserve(16 << 10);
     conn.read_buf(buf).await.map_err(|_| Failure::Unreachable)
 }
 
 /// A body by its length or chunked, from what was read after the head and the rest.
 async fn decode(
-    conn: &mut TcpStream,
+    conn: &mut Box<dyn Stream>,
     mut input: Vec<u8>,
     framing: BodyFraming,
     max: u64,
@@ -279,15 +390,13 @@ mod tests {
     fn upstreams_are_http_authorities() {
         let u = up();
         assert_eq!(u.authority, "127.0.0.1:9");
-        assert_eq!(u.addrs, ["127.0.0.1:9".parse().unwrap()]);
-        assert_eq!(
-            parse("127.0.0.1", Duration::ZERO).unwrap().addrs[0].port(),
-            80
-        );
-        assert_eq!(
-            parse("http://[::1]:81/", Duration::ZERO).unwrap().addrs[0].port(),
-            81
-        );
+        assert_eq!(u.addrs, [(Addr::Tcp("127.0.0.1:9".parse().unwrap()), 1)]);
+        let port = |url: &str| match &parse(url, Duration::ZERO).unwrap().addrs[0].0 {
+            Addr::Tcp(a) => a.port(),
+            Addr::Unix(_) => 0,
+        };
+        assert_eq!(port("127.0.0.1"), 80);
+        assert_eq!(port("http://[::1]:81/"), 81);
         for bad in ["https://a:1", "http://a:1/path", "", "http://"] {
             assert!(parse(bad, Duration::ZERO).is_err(), "{bad}");
         }
@@ -319,6 +428,63 @@ mod tests {
         assert!(bad("GET", "/a\r\nX: y", &[]));
         assert!(bad("GET", "/", &[("X".into(), b"a\r\nY: z".to_vec())]));
         assert!(bad("GET", "/", &[("X Y".into(), b"a".to_vec())]));
+    }
+
+    fn group(name: &str, servers: &[(&str, u32)]) -> ramjet_config::Upstream {
+        let text = format!(
+            "[upstream.{name}]\nservers = [{}]\n[[location]]\nhandlers = [\"proxy\"]\nproxy = \"{name}\"\n",
+            servers
+                .iter()
+                .map(|(a, w)| format!("{{ address = {a:?}, weight = {w} }}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let config = ramjet_config::load_str(&text, "t.toml", std::path::Path::new("/")).unwrap();
+        config.upstreams[0].clone()
+    }
+
+    #[test]
+    fn a_group_is_granted_by_name_and_an_unknown_name_is_an_address() {
+        let g = group("app", &[("127.0.0.1:1", 1), ("unix:/run/app.sock", 1)]);
+        let context = MountContext {
+            upstreams: std::slice::from_ref(&g),
+        };
+        for value in ["app", "http://app", "http://app/"] {
+            let u = grant(value, Duration::from_secs(2), &context).unwrap();
+            assert_eq!(u.authority, "app");
+            assert_eq!(u.addrs[1].0, Addr::Unix("/run/app.sock".into()));
+            assert_eq!(u.timeout, Duration::from_secs(2));
+        }
+        let u = grant("127.0.0.1:9", Duration::ZERO, &context).unwrap();
+        assert_eq!(u.authority, "127.0.0.1:9");
+        assert!(grant("apps", Duration::ZERO, &context).is_err());
+    }
+
+    #[test]
+    fn a_group_is_asked_in_turn_by_weight_then_the_next_server_after_a_failure() {
+        let g = group(
+            "app",
+            &[("127.0.0.1:1", 1), ("127.0.0.1:2", 2), ("127.0.0.1:3", 1)],
+        );
+        let u = Upstream::group(&g, Duration::ZERO);
+        let port = |a: &Addr| match a {
+            Addr::Tcp(a) => a.port(),
+            Addr::Unix(_) => 0,
+        };
+        let mut firsts = Vec::new();
+        for _ in 0..8 {
+            let order: Vec<u16> = u.order().map(port).collect();
+            assert_eq!(order.len(), 3, "every server is tried once: {order:?}");
+            // After the first, the others in the configuration's order, wrapping round.
+            let next = |p: u16| p % 3 + 1;
+            assert_eq!(order[1], next(order[0]), "{order:?}");
+            assert_eq!(order[2], next(order[1]), "{order:?}");
+            firsts.push(order[0]);
+        }
+        assert_eq!(firsts, [1, 2, 2, 3, 1, 2, 2, 3]);
+        // An address is always tried from its first.
+        let a = parse("127.0.0.1:9", Duration::ZERO).unwrap();
+        assert_eq!(a.order().count(), 1);
     }
 
     #[test]

@@ -826,3 +826,68 @@ fn a_module_asks_only_its_granted_upstreams_and_each_failure_is_named() {
     }
     assert_eq!(s.get("/w/").status, 200);
 }
+
+/// A granted upstream may name one of the configuration's `[upstream.NAME]` groups, as
+/// nginx's `proxy_pass http://app` names an upstream block: the module's requests go to its
+/// servers in turn, over TCP or a Unix socket, on to the next past one that is down, with
+/// `Host: app`.
+#[test]
+fn a_module_may_ask_a_configured_upstream_group_in_turn_past_a_server_that_is_down() {
+    use ramjet_testkit::{Backend, Flow};
+    use std::io::{Read, Write};
+    let backend = Backend::start(|x| {
+        let host = x.header("host").unwrap_or_default();
+        x.ok(format!("tcp {host}").as_bytes());
+        Flow::Close
+    });
+    let down = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("app.sock");
+    let unix = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    std::thread::spawn(move || {
+        for mut c in unix.incoming().flatten() {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && c.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let host = String::from_utf8_lossy(&head)
+                .lines()
+                .find_map(|l| l.strip_prefix("Host: ").map(str::to_string))
+                .unwrap_or_default();
+            let body = format!("unix {host}");
+            let _ = write!(
+                c,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    let s = crate::server_with(
+        &[],
+        &format!(
+            "workers = 1\n\
+             [upstream.app]\nservers = [\"{down}\", \"{}\", \"unix:{}\"]\n\
+             [[location]]\npath = \"/w/\"\nmodule = \"wasm\"\n[location.module_config]\n\
+             component = {c:?}\nupstreams = {{ api = \"app\" }}\nupstream_timeout = \"5s\"\n",
+            backend.addr,
+            sock.display(),
+            c = component("hello"),
+        ),
+    );
+    // In turn: the server that is down (on to the next), the TCP one, the Unix one.
+    let answers: Vec<String> = (0..6)
+        .map(|_| {
+            let r = s.get("/w/upstream/hi");
+            assert_eq!(r.status, 200, "{}", r.text());
+            r.text()
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        ["tcp app", "tcp app", "unix app", "tcp app", "tcp app", "unix app"]
+    );
+}
