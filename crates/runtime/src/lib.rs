@@ -7,6 +7,7 @@
 //! Unix signals into [`signals::Signal`]s. The worker knows nothing of HTTP.
 
 pub mod child;
+pub mod group_commit;
 mod listen;
 pub mod signals;
 pub mod sys;

@@ -3,16 +3,18 @@
 //! such as an order or a form posted: a record is on disk before `append` returns, and
 //! numbered in one sequence shared by every worker.
 //!
-//! Group commit: records written while a flush runs are all carried by the next flush,
-//! one `fdatasync` for them all. A record torn by a crash is cut off at open. A journal
-//! file is opened once per process: a reload's new mount shares the old one's journal, so
-//! the numbering carries on across it.
+//! Group commit (`ramjet_runtime::group_commit`): records written while a flush runs are
+//! all carried by the next flush, one `fdatasync` for them all. A record torn by a crash
+//! is cut off at open. A journal file is opened once per process: a reload's new mount
+//! shares the old one's journal, so the numbering carries on across it.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+
+use ramjet_runtime::group_commit::GroupCommit;
 
 /// The longest record.
 pub const RECORD_MAX: usize = 64 << 10;
@@ -30,8 +32,7 @@ pub enum Refused {
 /// One journal file.
 pub struct Journal {
     inner: Mutex<Inner>,
-    /// Held while flushing: records up to the number inside are on disk.
-    durable: Mutex<u64>,
+    commit: GroupCommit,
 }
 
 struct Inner {
@@ -146,7 +147,7 @@ impl Journal {
                 records,
                 bytes,
             }),
-            durable: Mutex::new(records),
+            commit: GroupCommit::new(records),
         })
     }
 
@@ -185,17 +186,10 @@ impl Journal {
     /// was written has ended, else after one more flush, which carries every record
     /// written before it begins.
     fn wait_durable(&self, n: u64) -> io::Result<()> {
-        let mut durable = lock(&self.durable);
-        if *durable >= n {
-            return Ok(());
-        }
-        let (file, upto) = {
+        self.commit.wait(n, || {
             let inner = lock(&self.inner);
             (inner.file.clone(), inner.records)
-        };
-        file.sync_data()?;
-        *durable = upto;
-        Ok(())
+        })
     }
 
     /// Records and bytes it holds now.
@@ -212,15 +206,14 @@ impl Journal {
 
     /// Empty it, durably (blocking).
     pub fn clear(&self) -> io::Result<()> {
-        // In the order `wait_durable` takes the locks.
-        let mut durable = lock(&self.durable);
-        let mut inner = lock(&self.inner);
-        inner.file.set_len(0)?;
-        inner.file.sync_data()?;
-        inner.records = 0;
-        inner.bytes = 0;
-        *durable = 0;
-        Ok(())
+        self.commit.reset(|| {
+            let mut inner = lock(&self.inner);
+            inner.file.set_len(0)?;
+            inner.file.sync_data()?;
+            inner.records = 0;
+            inner.bytes = 0;
+            Ok(())
+        })
     }
 }
 

@@ -432,7 +432,8 @@ mod tests {
 
     fn group(name: &str, servers: &[(&str, u32)]) -> ramjet_config::Upstream {
         let text = format!(
-            "[upstream.{name}]\nservers = [{}]\n[[location]]\nhandlers = [\"proxy\"]\nproxy = \"{name}\"\n",
+            "[upstream.{name}]\nservers = [{}]\n\
+             [[location]]\nhandlers = [\"proxy\"]\nproxy = \"{name}\"\n",
             servers
                 .iter()
                 .map(|(a, w)| format!("{{ address = {a:?}, weight = {w} }}"))

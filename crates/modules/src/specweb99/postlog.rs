@@ -2,27 +2,25 @@
 //! sequence, each on disk (`fdatasync`) before its POST is answered, so a crash loses no
 //! acknowledged record. A partial record left by a crash is cut off when the log is opened.
 //!
-//! Group commit: appenders that wrote while a flush was running are all carried by the
-//! next one flush (it starts after their writes), and each of them returns when a flush
-//! that started after its write has finished; one `fdatasync` instead of one each. (On
-//! this machine's disk a flush is short: under SPECweb99 at 3,000 connections, 4,571
-//! flushes carried 4,856 records in 10 s.)
+//! Group commit (`ramjet_runtime::group_commit`): appenders that wrote while a flush was
+//! running are all carried by the next one flush (it starts after their writes), and each
+//! of them returns when a flush that started after its write has finished; one
+//! `fdatasync` instead of one each. (On this machine's disk a flush is short: under
+//! SPECweb99 at 3,000 connections, 4,571 flushes carried 4,856 records in 10 s.)
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+
+use ramjet_runtime::group_commit::GroupCommit;
 
 use ramjet_specweb::postlog::{header, record, Post, HEADER, RECORD};
 
 pub struct PostLog {
     inner: Mutex<Inner>,
-    /// Held while flushing: records up to the value inside are on disk.
-    durable: Mutex<u64>,
-    /// Flushes done (`fdatasync` calls), for the tests.
-    flushes: AtomicU64,
+    commit: GroupCommit,
 }
 
 struct Inner {
@@ -54,8 +52,7 @@ impl PostLog {
                 file: Arc::new(file),
                 count,
             }),
-            durable: Mutex::new(count),
-            flushes: AtomicU64::new(0),
+            commit: GroupCommit::new(count),
         })
     }
 
@@ -84,38 +81,28 @@ impl PostLog {
     /// after it was written has finished, else after one more flush, which carries every
     /// record written before it starts.
     fn wait_durable(&self, recno: u64) -> io::Result<()> {
-        let mut durable = self.durable.lock().unwrap_or_else(|p| p.into_inner());
-        if *durable >= recno {
-            return Ok(());
-        }
-        // Everything written up to now is carried by this flush.
-        let (file, upto) = {
+        self.commit.wait(recno, || {
             let inner = lock(&self.inner);
             (inner.file.clone(), inner.count)
-        };
-        file.sync_data()?;
-        self.flushes.fetch_add(1, Ordering::Relaxed);
-        *durable = upto;
-        Ok(())
+        })
     }
 
     /// Flushes done so far.
     #[cfg(test)]
     fn flushes(&self) -> u64 {
-        self.flushes.load(Ordering::Relaxed)
+        self.commit.flushes()
     }
 
     /// Empty the log (Reset), durably (blocking).
     pub fn reset(&self) -> io::Result<()> {
-        // Locks in the order `wait_durable` takes them: the flush mark, then the file.
-        let mut durable = self.durable.lock().unwrap_or_else(|p| p.into_inner());
-        let mut inner = lock(&self.inner);
-        inner.file.set_len(HEADER as u64)?;
-        inner.file.write_all_at(&header(0), 0)?;
-        inner.file.sync_data()?;
-        inner.count = 0;
-        *durable = 0;
-        Ok(())
+        self.commit.reset(|| {
+            let mut inner = lock(&self.inner);
+            inner.file.set_len(HEADER as u64)?;
+            inner.file.write_all_at(&header(0), 0)?;
+            inner.file.sync_data()?;
+            inner.count = 0;
+            Ok(())
+        })
     }
 
     /// The file and how many records it holds now (Fetch sends them as a file range).
