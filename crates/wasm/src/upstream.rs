@@ -1,12 +1,12 @@
 //! Named upstreams a mount grants its module (`upstreams = { api = "http://127.0.0.1:9000" }`,
 //! or `api = "app"` for the configuration's `[upstream.app]` group, as nginx's `proxy_pass
 //! http://app` names an upstream block when there is one): the module sends an HTTP/1.1
-//! request to one by name and gets its whole answer back. The
-//! host writes the request line, `Host`, the framing and `Connection: close` itself, checks
-//! what the module gives it (a method token, an origin-form path, fields without CR, LF or
-//! NUL), and reads the answer as the reverse proxy does (`proxy::response_head::parse`: one
-//! unambiguous framing, no control bytes in fields), within the mount's timeout and the
-//! module's size limit. The module never holds a socket or sees an address.
+//! request to one by name and gets its whole answer back. The host writes the request
+//! line, `Host`, the framing and `Connection: close` itself, checks what the module gives
+//! it (a method token, an origin-form path, fields without CR, LF or NUL), and reads the
+//! answer as the reverse proxy does (`proxy::response_head::parse`: one unambiguous
+//! framing, no control bytes in fields), within the mount's timeout and the module's size
+//! limit. The module never holds a socket or sees an address.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ramjet_config::{MountContext, UpstreamAddr};
-
 use ramjet_http1::{BodyDecoder, BodyFraming};
 use ramjet_proxy::response_head::{self, Framing, Parsed};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
