@@ -25,3 +25,4 @@ mod trailers;
 mod upstream_io;
 
 pub use handler::Proxy;
+pub use upstream_io::Io as UpstreamIo;

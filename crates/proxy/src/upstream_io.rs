@@ -14,14 +14,14 @@ use tokio::net::{TcpStream, UnixStream};
 /// Most pieces one `write_all` takes (head, chunk line, data, CRLF).
 pub(crate) const MAX_PARTS: usize = 4;
 
-pub(crate) enum Io {
+pub enum Io {
     Tcp(TcpStream),
     Unix(UnixStream),
 }
 
 impl Io {
     /// Connect within `timeout` (a timeout is `ErrorKind::TimedOut`).
-    pub(crate) async fn connect(addr: &UpstreamAddr, timeout: Duration) -> io::Result<Io> {
+    pub async fn connect(addr: &UpstreamAddr, timeout: Duration) -> io::Result<Io> {
         let connect = async {
             match addr {
                 UpstreamAddr::Tcp(a) => {

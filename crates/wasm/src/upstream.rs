@@ -9,7 +9,6 @@
 //! limit. The module never holds a socket or sees an address.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,18 +16,11 @@ use std::time::Duration;
 use ramjet_config::{MountContext, UpstreamAddr};
 use ramjet_http1::{BodyDecoder, BodyFraming};
 use ramjet_proxy::response_head::{self, Framing, Parsed};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpStream, UnixStream};
+use ramjet_proxy::UpstreamIo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The longest response head read.
 const HEAD_MAX: usize = 64 << 10;
-
-/// Where one server of an upstream listens.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Addr {
-    Tcp(SocketAddr),
-    Unix(PathBuf),
-}
 
 /// One granted upstream.
 #[derive(Debug, Clone)]
@@ -37,11 +29,12 @@ pub struct Upstream {
     pub authority: String,
     /// Its servers, each with its weight. An address's are tried in order; a group's in
     /// turn from the one [`Upstream::order`] starts at.
-    pub addrs: Vec<(Addr, u32)>,
+    pub addrs: Vec<(UpstreamAddr, u32)>,
     /// The whole exchange (connect, send, answer) must end within this.
     pub timeout: Duration,
-    /// A group's: each connect attempt must succeed within this (its `connect_timeout`).
-    pub connect_timeout: Option<Duration>,
+    /// Each connect attempt must succeed within this: a group's `connect_timeout`, else
+    /// `timeout`.
+    pub connect_timeout: Duration,
     /// Requests sent to a group so far, by every worker of the mount: where the next one
     /// starts (weighted round-robin). `None` for an address.
     turn: Option<Arc<AtomicU64>>,
@@ -54,19 +47,13 @@ impl Upstream {
         let addrs = u
             .servers
             .iter()
-            .map(|s| {
-                let addr = match &s.addr {
-                    UpstreamAddr::Tcp(a) => Addr::Tcp(*a),
-                    UpstreamAddr::Unix(p) => Addr::Unix(p.clone()),
-                };
-                (addr, s.weight.max(1))
-            })
+            .map(|s| (s.addr.clone(), s.weight.max(1)))
             .collect();
         Upstream {
             authority: u.name.clone(),
             addrs,
             timeout,
-            connect_timeout: Some(u.connect_timeout),
+            connect_timeout: u.connect_timeout,
             turn: Some(Arc::new(AtomicU64::new(0))),
         }
     }
@@ -74,7 +61,7 @@ impl Upstream {
     /// The servers in the order this request tries them: an address's in order; a group's
     /// from the server whose share of the weights the request's turn falls in, then the
     /// ones after it, wrapping round.
-    pub fn order(&self) -> impl Iterator<Item = &Addr> {
+    pub fn order(&self) -> impl Iterator<Item = &UpstreamAddr> {
         let n = self.addrs.len();
         let start = match &self.turn {
             Some(turn) if n > 1 => {
@@ -163,9 +150,12 @@ pub fn parse(url: &str, timeout: Duration) -> Result<Upstream, String> {
     }
     Ok(Upstream {
         authority: authority.to_string(),
-        addrs: addrs.into_iter().map(|a| (Addr::Tcp(a), 1)).collect(),
+        addrs: addrs
+            .into_iter()
+            .map(|a| (UpstreamAddr::Tcp(a), 1))
+            .collect(),
         timeout,
-        connect_timeout: None,
+        connect_timeout: timeout,
         turn: None,
     })
 }
@@ -250,16 +240,8 @@ async fn run(
 ) -> Result<Answer, Failure> {
     let mut conn = None;
     for addr in up.order() {
-        let attempt = connect(addr);
-        let made = match up.connect_timeout {
-            Some(t) => tokio::time::timeout(t, attempt)
-                .await
-                .ok()
-                .and_then(Result::ok),
-            None => attempt.await.ok(),
-        };
-        if made.is_some() {
-            conn = made;
+        if let Ok(c) = UpstreamIo::connect(addr, up.connect_timeout).await {
+            conn = Some(c);
             break;
         }
     }
@@ -310,30 +292,14 @@ async fn run(
     })
 }
 
-/// A connection to a server, over TCP or a Unix socket.
-trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
-
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
-
-async fn connect(addr: &Addr) -> std::io::Result<Box<dyn Stream>> {
-    Ok(match addr {
-        Addr::Tcp(a) => {
-            let c = TcpStream::connect(a).await?;
-            let _ = c.set_nodelay(true);
-            Box::new(c)
-        }
-        Addr::Unix(p) => Box::new(UnixStream::connect(p).await?),
-    })
-}
-
-async fn read_more(conn: &mut Box<dyn Stream>, buf: &mut Vec<u8>) -> Result<usize, Failure> {
+async fn read_more(conn: &mut UpstreamIo, buf: &mut Vec<u8>) -> Result<usize, Failure> {
     buf.reserve(16 << 10);
     conn.read_buf(buf).await.map_err(|_| Failure::Unreachable)
 }
 
 /// A body by its length or chunked, from what was read after the head and the rest.
 async fn decode(
-    conn: &mut Box<dyn Stream>,
+    conn: &mut UpstreamIo,
     mut input: Vec<u8>,
     framing: BodyFraming,
     max: u64,
@@ -389,10 +355,13 @@ mod tests {
     fn upstreams_are_http_authorities() {
         let u = up();
         assert_eq!(u.authority, "127.0.0.1:9");
-        assert_eq!(u.addrs, [(Addr::Tcp("127.0.0.1:9".parse().unwrap()), 1)]);
+        assert_eq!(
+            u.addrs,
+            [(UpstreamAddr::Tcp("127.0.0.1:9".parse().unwrap()), 1)]
+        );
         let port = |url: &str| match &parse(url, Duration::ZERO).unwrap().addrs[0].0 {
-            Addr::Tcp(a) => a.port(),
-            Addr::Unix(_) => 0,
+            UpstreamAddr::Tcp(a) => a.port(),
+            UpstreamAddr::Unix(_) => 0,
         };
         assert_eq!(port("127.0.0.1"), 80);
         assert_eq!(port("http://[::1]:81/"), 81);
@@ -452,7 +421,7 @@ mod tests {
         for value in ["app", "http://app", "http://app/"] {
             let u = grant(value, Duration::from_secs(2), &context).unwrap();
             assert_eq!(u.authority, "app");
-            assert_eq!(u.addrs[1].0, Addr::Unix("/run/app.sock".into()));
+            assert_eq!(u.addrs[1].0, UpstreamAddr::Unix("/run/app.sock".into()));
             assert_eq!(u.timeout, Duration::from_secs(2));
         }
         let u = grant("127.0.0.1:9", Duration::ZERO, &context).unwrap();
@@ -467,9 +436,9 @@ mod tests {
             &[("127.0.0.1:1", 1), ("127.0.0.1:2", 2), ("127.0.0.1:3", 1)],
         );
         let u = Upstream::group(&g, Duration::ZERO);
-        let port = |a: &Addr| match a {
-            Addr::Tcp(a) => a.port(),
-            Addr::Unix(_) => 0,
+        let port = |a: &UpstreamAddr| match a {
+            UpstreamAddr::Tcp(a) => a.port(),
+            UpstreamAddr::Unix(_) => 0,
         };
         let mut firsts = Vec::new();
         for _ in 0..8 {
