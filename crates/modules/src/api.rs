@@ -201,6 +201,13 @@ impl Reply {
         if name.is_empty() || name.bytes().any(|b| bad(&b) || b == b':') || value.iter().any(bad) {
             return;
         }
+        // One allocation for a typical reply's few fields, not one per doubling.
+        let line = name.len() + value.len() + 4;
+        self.headers.reserve(if self.headers.capacity() == 0 {
+            line.max(128)
+        } else {
+            line
+        });
         self.headers.extend_from_slice(name.as_bytes());
         self.headers.extend_from_slice(b": ");
         self.headers.extend_from_slice(value);

@@ -64,7 +64,11 @@ pub struct Headers {
 
 impl Headers {
     pub fn new<'a>(fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Headers {
-        let mut h = Headers::default();
+        // Room for a browser's usual fields at once, not one allocation per doubling.
+        let mut h = Headers {
+            data: Vec::with_capacity(512),
+            ends: Vec::with_capacity(16),
+        };
         for (name, value) in fields {
             h.data.extend_from_slice(name);
             let name_end = h.data.len() as u32;
@@ -126,6 +130,8 @@ pub struct Exchange {
     pub run_used: Duration,
     /// When the poll now running began.
     pub poll_began: Option<Instant>,
+    /// The location's path prefix (the worker's one copy).
+    pub mount: Arc<str>,
 }
 
 /// A handle on one call's [`Exchange`], shared by the store and the driver.

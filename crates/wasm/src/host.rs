@@ -186,6 +186,10 @@ impl http::Host for State {
         self.shared.lock().headers.all()
     }
 
+    fn mount(&mut self) -> String {
+        self.shared.lock().mount.to_string()
+    }
+
     fn respond(&mut self, status: u16, headers: Vec<(String, Vec<u8>)>) {
         self.shared.lock().respond(status, headers);
     }

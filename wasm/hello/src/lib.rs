@@ -17,7 +17,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use ramjet_module::{files, respond, store, upstream, var, write, Handler, Request, RequestExt};
+use ramjet_module::{files, respond, store, upstream, var, write, Handler, Request};
 
 struct Hello;
 
@@ -45,13 +45,13 @@ impl Handler for Hello {
 fn get(req: &Request) {
     let rel = req
         .path
-        .strip_prefix(req.mount.as_bytes())
+        .strip_prefix(req.mount().as_bytes())
         .unwrap_or(&req.path);
     if let Some(path) = rel.strip_prefix(b"file/") {
         return file(&String::from_utf8_lossy(path));
     }
     if let Some(path) = rel.strip_prefix(b"upstream/") {
-        return relay(&String::from_utf8_lossy(path), req.query.as_deref());
+        return relay(&String::from_utf8_lossy(path), req.query());
     }
     if rel == b"headers" {
         respond(200, &[("content-type", TEXT)]);
@@ -98,7 +98,7 @@ fn get(req: &Request) {
         "{greeting}, {client}!\nmethod {} target {} query {}\ncookie name {name}\nrequest {served} on this instance\n",
         req.method,
         req.uri,
-        req.query.as_deref().unwrap_or("-"),
+        req.query().unwrap_or("-"),
     );
     ramjet_module::answer(
         200,

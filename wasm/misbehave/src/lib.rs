@@ -26,7 +26,7 @@ impl Handler for Misbehave {
     fn handle(req: Request) {
         let rel = req
             .path
-            .strip_prefix(req.mount.as_bytes())
+            .strip_prefix(req.mount().as_bytes())
             .unwrap_or(&req.path);
         let calls = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
         match rel {

@@ -24,12 +24,19 @@
 //! dropped.
 
 #[doc(hidden)]
+// The export's request is passed flat, as twelve arguments.
+#[allow(clippy::too_many_arguments)]
 pub mod bindings {
     wit_bindgen::generate!({
         world: "module",
         path: "../../wit",
         pub_export_macro: true,
         default_bindings_module: "ramjet_module::bindings",
+        // Header fields and other lists are handed to the server as borrowed slices: no
+        // copy of each name and value in the module before the call.
+        ownership: Borrowing {
+            duplicate_if_necessary: true
+        },
     });
 }
 
@@ -37,25 +44,39 @@ use bindings::ramjet::module::{
     files as wit_files, host, http, journal as wit_journal, upstream as wit_upstream,
 };
 
-pub use bindings::Guest as Handler;
-pub use http::{BodyError, Request};
+mod request;
+
+pub use http::BodyError;
+pub use request::{Method, Request, Version};
+
+/// A module: what it does with each request.
+pub trait Handler {
+    fn handle(req: Request);
+}
+
+/// The world's export, for a [`Handler`] (what [`export!`] names).
+#[doc(hidden)]
+pub struct Export<T>(std::marker::PhantomData<T>);
+
+impl<T: Handler> bindings::Guest for Export<T> {
+    fn handle(req: http::Request) {
+        T::handle(req.into());
+    }
+}
 
 /// Name the type that implements [`Handler`]: `ramjet_module::export!(MyModule);`.
 #[macro_export]
 macro_rules! export {
     ($t:ident) => {
-        $crate::bindings::export!($t with_types_in $crate::bindings);
+        type RamjetModuleExport = $crate::Export<$t>;
+        $crate::bindings::export!(RamjetModuleExport with_types_in $crate::bindings);
     };
 }
 
 /// Begin the answer with `status` and header fields (once; `Date`, `Server`, framing are
 /// the server's).
 pub fn respond(status: u16, headers: &[(&str, &[u8])]) {
-    let fields: Vec<(String, Vec<u8>)> = headers
-        .iter()
-        .map(|(n, v)| (n.to_string(), v.to_vec()))
-        .collect();
-    http::respond(status, &fields);
+    http::respond(status, headers);
 }
 
 /// Append bytes to the body.
@@ -66,11 +87,7 @@ pub fn write(bytes: &[u8]) {
 /// The whole answer at once: status, header fields and body (one call to the server
 /// instead of `respond` and `write`).
 pub fn answer(status: u16, headers: &[(&str, &[u8])], body: &[u8]) {
-    let fields: Vec<(String, Vec<u8>)> = headers
-        .iter()
-        .map(|(n, v)| (n.to_string(), v.to_vec()))
-        .collect();
-    http::answer(status, &fields, body);
+    http::answer(status, headers, body);
 }
 
 /// Send what the body holds now and stream the rest (each later write waits for the
@@ -134,23 +151,6 @@ pub fn cookie(name: &str) -> Option<String> {
         .iter()
         .filter(|(n, _)| n.eq_ignore_ascii_case("cookie"))
         .find_map(|(_, v)| find(v))
-}
-
-/// Helpers on the request record.
-pub trait RequestExt {
-    /// The undecoded value of query parameter `name`.
-    fn param(&self, name: &str) -> Option<&str>;
-}
-
-impl RequestExt for Request {
-    fn param(&self, name: &str) -> Option<&str> {
-        self.query
-            .as_deref()?
-            .split('&')
-            .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v)
-    }
 }
 
 /// The file trees the location grants (`files = { NAME = "/dir" }`), read-only.
@@ -232,11 +232,7 @@ pub mod upstream {
         body: &[u8],
         max: u32,
     ) -> Result<Response, UpstreamError> {
-        let fields: Vec<(String, Vec<u8>)> = headers
-            .iter()
-            .map(|(n, v)| (n.to_string(), v.to_vec()))
-            .collect();
-        wit_upstream::request(name, method, path, &fields, body, max)
+        wit_upstream::request(name, method, path, headers, body, max)
     }
 }
 

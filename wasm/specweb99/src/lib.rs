@@ -97,7 +97,7 @@ impl Handler for SpecWeb {
         match req.method.as_str() {
             "POST" => post(&req),
             "GET" | "HEAD" => {
-                let query = req.query.as_deref().unwrap_or("");
+                let query = req.query().unwrap_or("");
                 if let Some(command) = query.strip_prefix("command/") {
                     return self::command(&req, command);
                 }
@@ -126,7 +126,7 @@ fn begin(req: &Request, cookie: Option<&str>) {
     }
     let remote = ip(&req.client);
     let script = String::from_utf8_lossy(&req.path);
-    let head = SERVER.with(|s| frame::head(s, remote, &script, req.query.as_deref().unwrap_or("")));
+    let head = SERVER.with(|s| frame::head(s, remote, &script, req.query().unwrap_or("")));
     // The head and the frame's first bytes in one call.
     answer(200, &fields, head.as_bytes());
 }
