@@ -305,6 +305,47 @@ fn two_instances() -> Server {
     )
 }
 
+/// `/bad/hold` writes 1 MiB pieces without end. A client that stops reading holds the
+/// module back (its `write` waits while more than 64 KiB is queued, and a parked module
+/// is not run until the client takes what is queued), not the server's memory; reading
+/// again, the module goes on.
+#[test]
+fn a_streaming_module_waits_for_a_client_that_stops_reading() {
+    use std::io::{Read, Write};
+    let s = server(&[("a.txt", b"static a")], "");
+    let before = s.status_kb("VmRSS").unwrap();
+    let mut stalled = std::net::TcpStream::connect(s.addr).unwrap();
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stalled
+        .write_all(b"GET /bad/hold HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut head = [0u8; 12];
+    stalled.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    // Unread, the stream stays parked while the worker answers others.
+    for _ in 0..20 {
+        assert_eq!(s.get("/a.txt").text(), "static a");
+        assert_eq!(s.get("/w/").status, 200);
+    }
+    let after = s.status_kb("VmRSS").unwrap();
+    assert!(
+        after < before + 64 * 1024,
+        "resident {before} KB before, {after} KB with a stalled stream"
+    );
+    // Read again: 32 MiB more come (the module was waiting, not stopped).
+    let mut buf = vec![0u8; 1 << 20];
+    let mut got = 0;
+    while got < 32 << 20 {
+        let n = stalled.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream ended after {got} bytes");
+        got += n;
+    }
+    drop(stalled);
+    assert_eq!(s.get("/bad/ok").text(), "ok\n");
+}
+
 /// A `GET /w/` sent while every instance is busy: not answered (with a 503) within 300 ms,
 /// it waits for room. Its stream is given back to read the answer from.
 fn waiting_for_room(s: &Server) -> std::net::TcpStream {
