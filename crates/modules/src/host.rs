@@ -45,8 +45,9 @@ impl Modules {
 }
 
 /// The response for a module's reply: its status, its header lines, its body pieces (a
-/// single piece is sent as bytes or as one file range; several as parts, in order) or its
-/// stream.
+/// small body with file ranges in the page cache joined into one block of bytes,
+/// `joined`; else a single piece is sent as bytes or as one file range, several as parts,
+/// in order) or its stream.
 pub fn response(reply: Reply) -> Response {
     let Reply {
         status,
@@ -56,6 +57,7 @@ pub fn response(reply: Reply) -> Response {
     } = reply;
     let body = match (stream, body.len()) {
         (Some(source), _) => Body::Stream(source),
+        (None, _) if let Some(one) = crate::joined::joined(&body) => Body::Bytes(one),
         (None, 0) => Body::Empty,
         (None, 1) => match body.pop() {
             Some(Piece::Bytes(b)) => Body::Bytes(b),

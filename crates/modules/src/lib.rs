@@ -12,6 +12,7 @@
 mod api;
 pub mod hello;
 mod host;
+mod joined;
 pub mod registry;
 pub mod specweb99;
 mod stream;
