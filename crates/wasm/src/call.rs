@@ -16,6 +16,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use ramjet_http1::Method;
 use ramjet_modules::{ModuleRequest, Piece, Reply};
 use ramjet_pipeline::BodySource;
 use wasmtime::{Store, Trap, UpdateDeadline};
@@ -251,46 +252,19 @@ struct Copied {
     text: String,
     /// Where each ends in `text`.
     ends: [usize; 3],
-    method: Option<Method>,
+    method: Method,
     version: Version,
     path: Vec<u8>,
     content_length: Option<u64>,
 }
 
-/// The methods the world names (the others are handed over as text).
-#[derive(Clone, Copy)]
-enum Method {
-    Get,
-    Head,
-    Post,
-    Put,
-    Delete,
-    Options,
-    Patch,
-}
-
-impl Method {
-    fn named(token: &str) -> Option<Method> {
-        Some(match token {
-            "GET" => Method::Get,
-            "HEAD" => Method::Head,
-            "POST" => Method::Post,
-            "PUT" => Method::Put,
-            "DELETE" => Method::Delete,
-            "OPTIONS" => Method::Options,
-            "PATCH" => Method::Patch,
-            _ => return None,
-        })
-    }
-}
-
 impl Copied {
     fn new(req: &ModuleRequest<'_>) -> Copied {
         use std::fmt::Write;
-        let method = Method::named(req.method());
+        let method = Method::from_token(req.method());
         let mut text = String::with_capacity(req.uri().len() + 64);
         let mut ends = [0; 3];
-        if method.is_none() {
+        if named(method).is_none() {
             text.push_str(req.method());
         }
         ends[0] = text.len();
@@ -322,18 +296,8 @@ impl Copied {
     fn view(&self) -> WasmRequest<'_> {
         let e = self.ends;
         let t = &self.text;
-        let method = match self.method {
-            Some(Method::Get) => WasmMethod::Get,
-            Some(Method::Head) => WasmMethod::Head,
-            Some(Method::Post) => WasmMethod::Post,
-            Some(Method::Put) => WasmMethod::Put,
-            Some(Method::Delete) => WasmMethod::Delete,
-            Some(Method::Options) => WasmMethod::Options,
-            Some(Method::Patch) => WasmMethod::Patch,
-            None => WasmMethod::Other(&t[..e[0]]),
-        };
         WasmRequest {
-            method,
+            method: named(self.method).unwrap_or(WasmMethod::Other(&t[..e[0]])),
             uri: &t[e[0]..e[1]],
             path: &self.path,
             version: self.version,
@@ -341,6 +305,20 @@ impl Copied {
             content_length: self.content_length,
         }
     }
+}
+
+/// The world's name for `method`, if it has one (else the module is handed its token).
+fn named(method: Method) -> Option<WasmMethod<'static>> {
+    Some(match method {
+        Method::Get => WasmMethod::Get,
+        Method::Head => WasmMethod::Head,
+        Method::Post => WasmMethod::Post,
+        Method::Put => WasmMethod::Put,
+        Method::Delete => WasmMethod::Delete,
+        Method::Options => WasmMethod::Options,
+        Method::Patch => WasmMethod::Patch,
+        Method::Trace | Method::Connect | Method::Other => return None,
+    })
 }
 
 /// `a.b.c.d:port`, as `Display` writes it, without the formatting machinery (a tenth of
@@ -624,7 +602,7 @@ mod copied_tests {
         let c = Copied {
             text: "PROPFIND/a?b=1127.0.0.1:9".to_string(),
             ends: [8, 14, 25],
-            method: None,
+            method: Method::Other,
             version: Version::Http11,
             path: b"/a".to_vec(),
             content_length: Some(3),
@@ -639,12 +617,11 @@ mod copied_tests {
         let get = Copied {
             text: "/a127.0.0.1:9".to_string(),
             ends: [0, 2, 13],
-            method: Method::named("GET"),
+            method: Method::Get,
             ..c
         };
         let v = get.view();
         assert!(matches!(v.method, WasmMethod::Get));
         assert_eq!((v.uri, v.client), ("/a", "127.0.0.1:9"));
-        assert!(Method::named("get").is_none(), "methods are case-sensitive");
     }
 }
