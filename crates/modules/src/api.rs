@@ -111,6 +111,16 @@ impl<'r> ModuleRequest<'r> {
         self.inner.head.version.as_str()
     }
 
+    /// The method as the parser classified it (`Other` for a token it does not name).
+    pub fn method_kind(&self) -> ramjet_http1::Method {
+        self.inner.head.method
+    }
+
+    /// The HTTP version as the parser read it.
+    pub fn http_version(&self) -> ramjet_http1::Version {
+        self.inner.head.version
+    }
+
     /// The declared body length (`Content-Length`), if any.
     pub fn content_length(&self) -> Option<u64> {
         match self.inner.head.framing {

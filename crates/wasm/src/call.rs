@@ -261,7 +261,7 @@ struct Copied {
 impl Copied {
     fn new(req: &ModuleRequest<'_>) -> Copied {
         use std::fmt::Write;
-        let method = Method::from_token(req.method());
+        let method = req.method_kind();
         let mut text = String::with_capacity(req.uri().len() + 64);
         let mut ends = [0; 3];
         if named(method).is_none() {
@@ -277,10 +277,10 @@ impl Copied {
             }
         }
         ends[2] = text.len();
-        let version = match req.version() {
-            "HTTP/1.0" => Version::Http10,
-            "HTTP/1.1" => Version::Http11,
-            _ => Version::Http2,
+        let version = match req.http_version() {
+            ramjet_http1::Version::Http10 => Version::Http10,
+            ramjet_http1::Version::Http11 => Version::Http11,
+            ramjet_http1::Version::Http2 => Version::Http2,
         };
         Copied {
             text,
