@@ -11,11 +11,12 @@ profile runs ROUNDS times, servers rotated per round; the report gives the media
 Every proxy adds the forwarding fields an operator configures (X-Forwarded-For/-Proto, the
 client's Host), so they do the same work. The backend (--backend) is ramjet, `minhttpd`
 (bench/minhttpd.c: one fixed body per request, the floor of what a backend costs, so the
-proxy is the only HTTP server measured) or gunicorn's sync workers, which close the
-connection after every response (a new upstream connection per request). Usage (as root):
+proxy is the only HTTP server measured), `minhttpd-close` (the same, closing every
+connection after its response: a new upstream connection per request) or gunicorn's sync
+workers, which close the connection after every response too. Usage (as root):
 
     bench/proxy.py --out bench/results/$(date +%F)-proxy [--rounds 3] [--duration 8] \
-        [--backend ramjet|minhttpd|gunicorn] [--profiles "proxied 4KB c500,..."]
+        [--backend ramjet|minhttpd|minhttpd-close|gunicorn] [--profiles "proxied 4KB c500,..."]
 """
 import argparse
 import json
@@ -73,13 +74,15 @@ def backend_cmd(ramjet_bin, conf):
     return [ramjet_bin, "serve", "--config", str(cfg)]
 
 
-def minhttpd_cmd(size):
-    """The minimal C server answering every request with `size` bytes (built once)."""
+def minhttpd_cmd(size, close=False):
+    """The minimal C server answering every request with `size` bytes (built once); with
+    `close`, it closes every connection after one response, as gunicorn's sync workers do."""
     binary = WORK / "minhttpd"
     src = Path(__file__).resolve().parent / "minhttpd.c"
     if not binary.exists() or binary.stat().st_mtime < src.stat().st_mtime:
         subprocess.run(["cc", "-O2", "-o", str(binary), str(src)], check=True)
-    return lambda _d: [str(binary), "-p", str(BACKEND_PORT), "-c", "1", "-s", str(size), "-a", "127.0.0.1"]
+    flags = ["-x"] if close else []
+    return lambda _d: [str(binary), "-p", str(BACKEND_PORT), "-c", "1", "-s", str(size), "-a", "127.0.0.1"] + flags
 
 
 GUNICORN_APP = """
@@ -104,6 +107,7 @@ def gunicorn_cmd(conf):
 
 
 BACKEND_LABEL = {"ramjet": "ramjet, 1 worker", "minhttpd": "bench/minhttpd.c, a fixed body per request",
+                 "minhttpd-close": "bench/minhttpd.c -x, a fixed body per request, a new connection per request",
                  "gunicorn": "gunicorn, 4 sync workers, a new connection per request"}
 
 BODY_SIZES = {"/b/100.bin": 100, "/b/4k.bin": 4096, "/b/64k.bin": 65536}
@@ -234,7 +238,7 @@ def main():
     ap.add_argument("--duration", type=int, default=8)
     ap.add_argument("--proxies", default="ramjet,nginx,haproxy")
     ap.add_argument("--ramjet", default=str(ROOT / "target/release/ramjet"))
-    ap.add_argument("--backend", default="ramjet", choices=["ramjet", "minhttpd", "gunicorn"])
+    ap.add_argument("--backend", default="ramjet", choices=["ramjet", "minhttpd", "minhttpd-close", "gunicorn"])
     ap.add_argument("--profiles", default="all", help="comma list of profile names, or all")
     args = ap.parse_args()
     out = Path(args.out)
@@ -242,7 +246,8 @@ def main():
     make_files()
     names = args.proxies.split(",")
     profiles = [p for p in PROFILES if args.profiles == "all" or p[0] in args.profiles.split(",")]
-    if args.backend == "minhttpd":
+    fixed = args.backend.startswith("minhttpd")
+    if fixed:
         # One fixed body per backend process: no mix, and a backend per body size.
         profiles = [p for p in profiles if p[1] != "mix"]
     backend = None
@@ -250,13 +255,13 @@ def main():
 
     def start_backend(profile):
         nonlocal backend, backend_size
-        size = BODY_SIZES.get(profile[1]) if args.backend == "minhttpd" else None
+        size = BODY_SIZES.get(profile[1]) if fixed else None
         if backend is not None and size == backend_size:
             return
         if backend is not None:
             backend.stop()
-        if args.backend == "minhttpd":
-            cmd = minhttpd_cmd(size)
+        if fixed:
+            cmd = minhttpd_cmd(size, close=args.backend == "minhttpd-close")
         elif args.backend == "gunicorn":
             cmd = gunicorn_cmd
         else:
@@ -271,7 +276,7 @@ def main():
                 start_backend(profiles[0])
                 proxy = Proc(name, lambda d, n=name: proxy_cmd(n, d, args.ramjet), PORTS[name], 0)
                 try:
-                    if name != "haproxy" and args.backend != "minhttpd":
+                    if name != "haproxy" and not fixed:
                         check(PORTS[name])
                     for profile in profiles:
                         if name == "haproxy" and profile[1] == "mix":
