@@ -13,6 +13,7 @@ use std::fs::File;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use ramjet_runtime::sys::Mapping;
 
 use super::fields::{Fields, Refused, Request};
 use super::frame::{self, Code, Head};
@@ -41,6 +42,11 @@ pub(crate) const OUT_HIGH: usize = 512 * 1024;
 /// Frames of a file read into memory at once (one `preadv2`), where files are copied
 /// (under TLS, which encrypts them anyway).
 const FILE_BATCH: usize = 4;
+/// How much of a file chunk is checked to be in the page cache at once (and mapped).
+const RESIDENT_SPAN: u64 = 2 << 20;
+/// The smallest file chunk whose frames go out from a mapping rather than by sendfile
+/// each: below it, the mapping's two system calls cost more than the sendfiles saved.
+const MAP_MIN: u64 = 256 << 10;
 
 /// A request that opened a stream.
 #[derive(Debug)]
@@ -113,6 +119,8 @@ struct Stream<L> {
     finish: Option<Option<Vec<u8>>>,
     /// Bytes of the front file chunk known to be in the page cache, from its offset.
     resident: u64,
+    /// Those bytes mapped, when the chunk is large and frames go out on a plain socket.
+    mapped: Option<Arc<Mapping>>,
     warming: bool,
     /// When the client's windows last stopped this stream's sending.
     stalled: Option<std::time::Instant>,
@@ -631,6 +639,7 @@ impl<L> Machine<L> {
             queued: 0,
             finish: None,
             resident: 0,
+            mapped: None,
             warming: false,
             stalled: None,
             ended: Ended {
@@ -953,6 +962,7 @@ impl<L> Machine<L> {
             s.queue.pop_front();
         }
         s.resident = 0;
+        s.mapped = None;
         s.queue.push_front(Chunk::Bytes(data));
     }
 
@@ -1132,9 +1142,15 @@ impl<L> Machine<L> {
             }
             Some(Chunk::File { file, offset, len }) => {
                 if s.resident < n as u64 {
-                    let span = (*len).min(2 << 20);
+                    let span = (*len).min(RESIDENT_SPAN);
                     if ramjet_runtime::sys::is_resident(file, *offset, span) {
                         s.resident = span;
+                        // A large chunk's frames go out from a mapping, many per writev;
+                        // a small one's (or where mapping fails) by sendfile each.
+                        s.mapped = (*len >= MAP_MIN)
+                            .then(|| Mapping::new(file, *offset, span as usize).ok())
+                            .flatten()
+                            .map(Arc::new);
                     } else {
                         s.warming = true;
                         self.warm.push(Warm {
@@ -1146,12 +1162,18 @@ impl<L> Machine<L> {
                         return Sent::Nothing;
                     }
                 }
-                s.resident -= n as u64;
                 let (f, at) = (file.clone(), *offset);
                 *offset += n as u64;
                 *len -= n as u64;
                 self.out.put(|o| frame::head(o, n, frame::DATA, flags, id));
-                self.out.file(f, at, n);
+                match &s.mapped {
+                    Some(m) => {
+                        let from = m.len() - s.resident as usize;
+                        self.out.mapped(m.clone(), from, n);
+                    }
+                    None => self.out.file(f, at, n),
+                }
+                s.resident -= n as u64;
             }
             None => return Sent::Nothing,
         }
@@ -1161,6 +1183,7 @@ impl<L> Machine<L> {
         {
             s.queue.pop_front();
             s.resident = 0;
+            s.mapped = None;
         }
         s.queued -= n as u64;
         s.send_window -= n as i64;

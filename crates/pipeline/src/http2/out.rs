@@ -1,5 +1,6 @@
 //! What an HTTP/2 connection has to write: frames built in memory, payloads shared with a
-//! cache (`Bytes`), and file ranges that go out by `sendfile` on a plain socket. Written
+//! cache (`Bytes`), file ranges that go out by `sendfile` on a plain socket, and ranges of
+//! a mapped file window, written with the frames around them in one `writev`. Written
 //! without waiting: each call writes what the socket takes now.
 
 use std::fs::File;
@@ -7,6 +8,8 @@ use std::io::{self, IoSlice};
 use std::sync::Arc;
 
 use bytes::Bytes;
+
+use ramjet_runtime::sys::Mapping;
 
 use crate::outbox::Sink;
 
@@ -26,6 +29,12 @@ enum Seg {
         offset: u64,
         len: usize,
     },
+    /// Bytes `[at, at + len)` of a mapped window: only the kernel reads them.
+    Mapped {
+        map: Arc<Mapping>,
+        at: usize,
+        len: usize,
+    },
 }
 
 impl Seg {
@@ -33,7 +42,7 @@ impl Seg {
         match self {
             Seg::Mem { start, end } => end - start,
             Seg::Shared(b) => b.len(),
-            Seg::File { len, .. } => *len,
+            Seg::File { len, .. } | Seg::Mapped { len, .. } => *len,
         }
     }
 }
@@ -113,6 +122,31 @@ impl Out {
         self.segs.push(Seg::File { file, offset, len });
     }
 
+    /// Append a range of a mapped file window (written by `writev` with the frames around
+    /// it, on a plain socket).
+    pub(crate) fn mapped(&mut self, map: Arc<Mapping>, at: usize, len: usize) {
+        if len == 0 {
+            return;
+        }
+        self.pending += len;
+        self.segs.push(Seg::Mapped { map, at, len });
+    }
+
+    /// How many file ranges wait to go out by sendfile, and how many from a mapping.
+    #[cfg(test)]
+    pub(crate) fn file_segments(&self) -> (usize, usize) {
+        let rest = &self.segs[self.seg..];
+        let sent = rest
+            .iter()
+            .filter(|s| matches!(s, Seg::File { .. }))
+            .count();
+        let mapped = rest
+            .iter()
+            .filter(|s| matches!(s, Seg::Mapped { .. }))
+            .count();
+        (sent, mapped)
+    }
+
     /// Give back the memory of an empty buffer (an idle connection holds none).
     pub(crate) fn release(&mut self) {
         if self.is_empty() {
@@ -137,6 +171,16 @@ impl Out {
                 Seg::File { file, offset, len } => {
                     let mut buf = vec![0; len - skip];
                     file.read_exact_at(&mut buf, offset + skip as u64).unwrap();
+                    all.extend_from_slice(&buf);
+                }
+                Seg::Mapped { map, at, len } => {
+                    // Through a pipe, as the kernel reads it: never read here.
+                    let (r, w) = std::os::unix::net::UnixStream::pair().unwrap();
+                    let iov = [map.io_slice(at + skip, len - skip)];
+                    let n = std::io::Write::write_vectored(&mut &w, &iov).unwrap();
+                    drop(w);
+                    let mut buf = Vec::with_capacity(n);
+                    std::io::Read::read_to_end(&mut &r, &mut buf).unwrap();
                     all.extend_from_slice(&buf);
                 }
             }
@@ -170,15 +214,15 @@ impl Out {
                 let mut file_follows = false;
                 for (i, s) in self.segs[self.seg..].iter().enumerate() {
                     let skip = if i == 0 { self.done } else { 0 };
-                    let slice: &[u8] = match s {
-                        Seg::Mem { start, end } => &self.mem[start + skip..*end],
-                        Seg::Shared(b) => &b[skip..],
+                    iov[n] = match s {
+                        Seg::Mem { start, end } => IoSlice::new(&self.mem[start + skip..*end]),
+                        Seg::Shared(b) => IoSlice::new(&b[skip..]),
+                        Seg::Mapped { map, at, len } => map.io_slice(at + skip, len - skip),
                         Seg::File { .. } => {
                             file_follows = true;
                             break;
                         }
                     };
-                    iov[n] = IoSlice::new(slice);
                     n += 1;
                     if n == MAX_IOV {
                         break;

@@ -1064,6 +1064,84 @@ fn a_slow_steady_reader_gets_all_of_a_download_longer_than_the_send_timeout() {
     );
 }
 
+/// A large file's frames go out from a mapping of it on h2c. A file that shrinks under
+/// the mapping mid-download ends that download (short of its length), not the worker:
+/// the kernel's copy from the vanished pages fails the write, and the next client is
+/// served.
+#[test]
+fn a_file_shrinking_under_an_h2c_download_ends_the_download_not_the_worker() {
+    let dir = Server::dir();
+    let path = dir.path().join("root/big.bin");
+    let size: u64 = 64 << 20;
+    std::fs::File::create(&path).unwrap().set_len(size).unwrap();
+    std::fs::write(dir.path().join("root/ok.txt"), b"ok").unwrap();
+    let s = Server::start(crate::BIN, dir, "workers = 1\n");
+    // A small receive buffer: the server's frames wait in its socket while the file shrinks.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(16 * 1024).unwrap();
+    sock.connect(&s.addr.into()).unwrap();
+    let mut c: TcpStream = sock.into();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut first = PREFACE.to_vec();
+    first.extend(windows_wide_open());
+    first.extend(frame(
+        HEADERS,
+        END_HEADERS | END_STREAM,
+        1,
+        &get("/big.bin"),
+    ));
+    c.write_all(&first).unwrap();
+    let mut r = Raw {
+        s: c,
+        buf: Vec::new(),
+    };
+    let mut got = 0;
+    let mut truncated = false;
+    let mut ended = false;
+    while let Some((kind, flags, stream, p)) = r.next() {
+        if stream != 1 {
+            continue;
+        }
+        if kind == RST_STREAM {
+            break;
+        }
+        if kind == DATA {
+            got += p.len();
+            if !truncated && got >= 3 << 20 {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .unwrap()
+                    .set_len(1 << 20)
+                    .unwrap();
+                truncated = true;
+            }
+        }
+        if flags & END_STREAM != 0 {
+            ended = true;
+            break;
+        }
+    }
+    assert!(
+        truncated,
+        "the download ended before the file shrank ({got} bytes)"
+    );
+    assert!(
+        !ended && (got as u64) < size,
+        "all of it arrived ({got} bytes)"
+    );
+    assert_eq!(s.get("/ok.txt").text(), "ok");
+    assert_eq!(h2c_get(&s, "/ok.txt"), Some(2));
+    s.assert_clean_log(&[]);
+}
+
+/// One stream's DATA bytes over a fresh h2c connection.
+fn h2c_get(s: &Server, path: &str) -> Option<usize> {
+    let mut r = Raw::open(s.addr);
+    r.send(&frame(HEADERS, END_HEADERS | END_STREAM, 1, &get(path)));
+    r.body_of(1)
+}
+
 #[test]
 fn a_client_that_leaves_mid_download_leaves_nothing_open() {
     let big = crate::bytes(8 << 20, 3);

@@ -7,6 +7,7 @@
 mod activation;
 mod file;
 mod inotify;
+mod mapping;
 mod memory;
 mod process;
 mod ready_set;
@@ -24,6 +25,7 @@ pub use file::{
     stat_beneath, FileStat, OpenPolicy,
 };
 pub use inotify::{Change, DirWatch};
+pub use mapping::Mapping;
 pub use memory::trim_heap;
 pub use process::{child_pidfd, cloexec_inherited, pin_to_cpu, raise_nofile_limit, send_signal};
 pub use ready_set::ReadySet;

@@ -146,6 +146,61 @@ fn sending_waits_for_the_clients_windows_and_resumes_on_window_update() {
     assert_eq!(m.open_streams(), 0);
 }
 
+/// The body a plain-socket machine sends for a file of `size` bytes from `from`, windows
+/// wide open, and how many of its frames went out by sendfile and from a mapping.
+fn file_frames(size: usize, from: u64) -> (Vec<u8>, (usize, usize)) {
+    use std::io::Write;
+    let mut m: Machine<()> = Machine::new(SETTINGS, true);
+    let mut input = PREFACE.to_vec();
+    input.extend(settings(&[(frame::INITIAL_WINDOW_SIZE, 1 << 30)]));
+    frame::window_update(&mut input, 0, 1 << 30);
+    m.receive(&input);
+    m.out.take_all();
+    let mut f = tempfile::tempfile().unwrap();
+    let data: Vec<u8> = (0..size).map(|i| (i * 31 % 253) as u8).collect();
+    f.write_all(&data).unwrap();
+    m.receive(&get(1, "/f"));
+    m.respond(1, &[0x88], false);
+    let len = size as u64 - from;
+    m.push(
+        1,
+        Chunk::File {
+            file: Arc::new(f),
+            offset: from,
+            len,
+        },
+    );
+    m.finish(1, None);
+    let (mut body, mut sent, mut mapped) = (Vec::new(), 0, 0);
+    while m.open_streams() > 0 {
+        m.schedule(std::time::Instant::now);
+        let (s, mp) = m.out.file_segments();
+        (sent, mapped) = (sent + s, mapped + mp);
+        for (kind, _, _, payload) in parse(&m.out.take_all()) {
+            if kind == frame::DATA {
+                body.extend(payload);
+            }
+        }
+    }
+    assert_eq!(body, data[from as usize..]);
+    (body, (sent, mapped))
+}
+
+#[test]
+fn a_large_file_goes_out_from_a_mapping_and_a_small_one_by_sendfile() {
+    // At the threshold: every frame from the mapping.
+    let (body, frames) = file_frames(MAP_MIN as usize, 0);
+    assert_eq!((body.len(), frames), (MAP_MIN as usize, (0, 16)));
+    // One byte under it: sendfile per frame.
+    let (body, frames) = file_frames(MAP_MIN as usize - 1, 0);
+    assert_eq!((body.len(), frames), (MAP_MIN as usize - 1, (16, 0)));
+    // From an odd offset (a range): a whole window mapped, then a tail under the
+    // threshold by sendfile; the bytes are the file's.
+    let size = RESIDENT_SPAN as usize + 100 * 1024;
+    let (body, frames) = file_frames(size, 4097);
+    assert_eq!((body.len(), frames), (size - 4097, (6, 128)));
+}
+
 #[test]
 fn the_connection_window_is_shared_and_streams_take_turns() {
     let mut m = open(&[]);
