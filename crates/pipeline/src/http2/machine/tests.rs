@@ -149,10 +149,18 @@ fn sending_waits_for_the_clients_windows_and_resumes_on_window_update() {
 /// The body a plain-socket machine sends for a file of `size` bytes from `from`, windows
 /// wide open, and how many of its frames went out by sendfile and from a mapping.
 fn file_frames(size: usize, from: u64) -> (Vec<u8>, (usize, usize)) {
+    file_frames_of(size, from, frame::DEFAULT_MAX_FRAME as u32)
+}
+
+/// [`file_frames`] to a client whose frames are at most `max_frame` bytes.
+fn file_frames_of(size: usize, from: u64, max_frame: u32) -> (Vec<u8>, (usize, usize)) {
     use std::io::Write;
     let mut m: Machine<()> = Machine::new(SETTINGS, true);
     let mut input = PREFACE.to_vec();
-    input.extend(settings(&[(frame::INITIAL_WINDOW_SIZE, 1 << 30)]));
+    input.extend(settings(&[
+        (frame::INITIAL_WINDOW_SIZE, 1 << 30),
+        (frame::MAX_FRAME_SIZE, max_frame),
+    ]));
     frame::window_update(&mut input, 0, 1 << 30);
     m.receive(&input);
     m.out.take_all();
@@ -199,6 +207,12 @@ fn a_large_file_goes_out_from_a_mapping_and_a_small_one_by_sendfile() {
     let size = RESIDENT_SPAN as usize + 100 * 1024;
     let (body, frames) = file_frames(size, 4097);
     assert_eq!((body.len(), frames), (size - 4097, (6, 128)));
+    // Frames that do not divide a mapped window: a frame that would cross its end starts
+    // the next window; every byte is still the file's, in order.
+    let (body, (sent, mapped)) = file_frames_of(size, 0, 20_000);
+    assert_eq!(body.len(), size);
+    assert_eq!(sent + mapped, size.div_ceil(20_000));
+    assert!(sent < 10, "{sent} frames by sendfile");
 }
 
 #[test]
