@@ -1162,17 +1162,16 @@ impl<L> Machine<L> {
                         return Sent::Nothing;
                     }
                 }
-                let (f, at) = (file.clone(), *offset);
-                *offset += n as u64;
-                *len -= n as u64;
                 self.out.put(|o| frame::head(o, n, frame::DATA, flags, id));
                 match &s.mapped {
                     Some(m) => {
                         let from = m.len() - s.resident as usize;
                         self.out.mapped(m.clone(), from, n);
                     }
-                    None => self.out.file(f, at, n),
+                    None => self.out.file(file.clone(), *offset, n),
                 }
+                *offset += n as u64;
+                *len -= n as u64;
                 s.resident -= n as u64;
             }
             None => return Sent::Nothing,
