@@ -1020,14 +1020,9 @@ fn a_file_not_in_the_page_cache_is_read_ahead_and_sent_whole() {
     s.assert_clean_log(&[]);
 }
 
-/// A client that reads slowly but steadily keeps its download however long it takes:
-/// `timeouts.send` is a limit on no progress at all, not on the whole download.
-#[test]
-fn a_slow_steady_reader_gets_all_of_a_download_longer_than_the_send_timeout() {
-    // More than the server's send buffer and this receive buffer hold together.
-    let big = crate::bytes(8 << 20, 41);
-    let s = server(&[("big.bin", &big)], "[timeouts]\nsend = \"1s\"\n");
-    // A small receive buffer, so the server's socket fills and waits on this reader.
+/// An h2c connection with a small receive buffer (so the server's socket fills and waits
+/// on it) and the widest windows, that has asked for `path` on stream 1.
+fn slow_reader_get(s: &Server, path: &str) -> Raw {
     let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     sock.set_recv_buffer_size(16 * 1024).unwrap();
     sock.connect(&s.addr.into()).unwrap();
@@ -1035,18 +1030,23 @@ fn a_slow_steady_reader_gets_all_of_a_download_longer_than_the_send_timeout() {
     c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut first = PREFACE.to_vec();
     first.extend(windows_wide_open());
-    first.extend(frame(
-        HEADERS,
-        END_HEADERS | END_STREAM,
-        1,
-        &get("/big.bin"),
-    ));
+    first.extend(frame(HEADERS, END_HEADERS | END_STREAM, 1, &get(path)));
     c.write_all(&first).unwrap();
-    let started = Instant::now();
-    let mut r = Raw {
+    Raw {
         s: c,
         buf: Vec::new(),
-    };
+    }
+}
+
+/// A client that reads slowly but steadily keeps its download however long it takes:
+/// `timeouts.send` is a limit on no progress at all, not on the whole download.
+#[test]
+fn a_slow_steady_reader_gets_all_of_a_download_longer_than_the_send_timeout() {
+    // More than the server's send buffer and this receive buffer hold together.
+    let big = crate::bytes(8 << 20, 41);
+    let s = server(&[("big.bin", &big)], "[timeouts]\nsend = \"1s\"\n");
+    let started = Instant::now();
+    let mut r = slow_reader_get(&s, "/big.bin");
     let mut got = 0;
     let mut ended = false;
     while let Some((kind, flags, stream, p)) = r.next() {
@@ -1080,25 +1080,8 @@ fn a_file_shrinking_under_an_h2c_download_ends_the_download_not_the_worker() {
     std::fs::File::create(&path).unwrap().set_len(size).unwrap();
     std::fs::write(dir.path().join("root/ok.txt"), b"ok").unwrap();
     let s = Server::start(crate::BIN, dir, "workers = 1\n");
-    // A small receive buffer: the server's frames wait in its socket while the file shrinks.
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    sock.set_recv_buffer_size(16 * 1024).unwrap();
-    sock.connect(&s.addr.into()).unwrap();
-    let mut c: TcpStream = sock.into();
-    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut first = PREFACE.to_vec();
-    first.extend(windows_wide_open());
-    first.extend(frame(
-        HEADERS,
-        END_HEADERS | END_STREAM,
-        1,
-        &get("/big.bin"),
-    ));
-    c.write_all(&first).unwrap();
-    let mut r = Raw {
-        s: c,
-        buf: Vec::new(),
-    };
+    // The server's frames wait in its socket while the file shrinks.
+    let mut r = slow_reader_get(&s, "/big.bin");
     let mut got = 0;
     let mut truncated = false;
     let mut ended = false;
