@@ -19,6 +19,17 @@ use crate::response::{Body, BodySource, Part};
 /// Most bytes per sendfile call: one download cannot hold its worker longer than this takes
 /// (DESIGN.md §1: 256 KiB chunks roughly doubled throughput over unbounded calls here).
 const SENDFILE_CHUNK: u64 = 256 * 1024;
+
+/// `most` bytes rounded down to whole segments of `mss` (unchanged when it is unknown or
+/// larger than `most`). With TCP_NODELAY, a sendfile that ends in part of a segment sends
+/// that part as a segment of its own: a 256 KiB chunk on loopback (segments of 65,483
+/// bytes) went out as four full segments and one of 212 bytes.
+fn whole_segments(most: u64, mss: Option<usize>) -> u64 {
+    match mss {
+        Some(m) if m > 0 && m as u64 <= most => most / m as u64 * m as u64,
+        _ => most,
+    }
+}
 /// When a chunk is not in the page cache, the blocking pool reads this much ahead.
 const WARM_WINDOW: u64 = 8 * 1024 * 1024;
 /// How far ahead one page-cache probe looks before a file is sent from the event loop.
@@ -388,6 +399,11 @@ pub(crate) trait Sink {
     fn try_writev(&self, iov: &[IoSlice<'_>], more: bool) -> io::Result<usize>;
     /// One sendfile of at most `len` bytes of `file` from `offset`.
     fn try_sendfile(&self, file: &File, offset: u64, len: usize) -> io::Result<usize>;
+    /// The bytes per sendfile of a long body, at most `most`: a whole number of the
+    /// connection's segments, so that no call ends in a short one.
+    fn sendfile_chunk(&self, most: u64) -> u64 {
+        most
+    }
     /// Wait until the sink can take more, at most `timeout`.
     fn writable(&self, timeout: Duration) -> impl Future<Output = Result<(), WriteError>>;
     /// Whether bytes already taken are still held on this side (TLS records the socket
@@ -415,6 +431,10 @@ impl Sink for TcpStream {
         self.try_io(Interest::WRITABLE, || {
             sys::sendfile(self, file, offset, len)
         })
+    }
+
+    fn sendfile_chunk(&self, most: u64) -> u64 {
+        whole_segments(most, sys::max_segment(self).ok())
     }
 
     async fn writable(&self, timeout: Duration) -> Result<(), WriteError> {
@@ -445,13 +465,18 @@ async fn send_file<S: Sink>(
     // a second, 4 connections, discarding receiver; bench/results/2026-11-25-static-ab/):
     // the tail segments cost nothing next to what the cork held back.
     let mut sent = 0u64;
+    let chunk = if len > SENDFILE_CHUNK {
+        sink.sendfile_chunk(SENDFILE_CHUNK)
+    } else {
+        SENDFILE_CHUNK
+    };
     // The window being read ahead, which starts at `resident_to`: bytes below it were found
     // in the page cache (or read in) a moment ago.
     let mut ahead: Option<Ahead> = None;
     let mut resident_to = offset;
     while sent < len {
         let pos = offset + sent;
-        let n = (len - sent).min(SENDFILE_CHUNK);
+        let n = (len - sent).min(chunk);
         // Past what was last found cached: while no window is being read ahead, probe up to
         // RESIDENT_SPAN, not one probe per 256 KiB chunk (a hot 100 MB file went at 65.1
         // instead of 61.7 responses a second: 4 connections, discarding receiver, median of

@@ -207,6 +207,10 @@ impl Sink for Throttled<'_> {
         })
     }
 
+    fn sendfile_chunk(&self, most: u64) -> u64 {
+        self.stream.sendfile_chunk(most)
+    }
+
     async fn writable(&self, timeout: Duration) -> Result<(), WriteError> {
         let wait = self.throttle.borrow_mut().ready_in(Instant::now());
         if wait > Duration::ZERO {

@@ -197,6 +197,13 @@ impl Sink for Transport {
         }
     }
 
+    fn sendfile_chunk(&self, most: u64) -> u64 {
+        match self {
+            Transport::Plain(s) => s.sendfile_chunk(most),
+            Transport::Tls(_) => most,
+        }
+    }
+
     async fn writable(&self, timeout: Duration) -> Result<(), WriteError> {
         Sink::writable(self.socket(), timeout).await
     }

@@ -458,3 +458,112 @@ fn a_cold_file_is_read_on_the_pool_ahead_of_every_send() {
         assert!(sink.sendfiles.get() as u64 > LEN / super::SENDFILE_CHUNK);
     }
 }
+
+#[test]
+fn a_long_bodys_sendfiles_are_whole_segments() {
+    use super::whole_segments;
+    const MOST: u64 = super::SENDFILE_CHUNK;
+    // Loopback's segments: four whole ones, not four and 212 bytes.
+    assert_eq!(whole_segments(MOST, Some(65_483)), 4 * 65_483);
+    // Ethernet's (timestamps on): 181 of 1,448.
+    assert_eq!(whole_segments(MOST, Some(1_448)), 181 * 1_448);
+    // Exactly one chunk, one byte over it, unknown, nonsense: the chunk as it is.
+    assert_eq!(whole_segments(MOST, Some(MOST as usize)), MOST);
+    assert_eq!(whole_segments(MOST, Some(MOST as usize + 1)), MOST);
+    assert_eq!(whole_segments(MOST, None), MOST);
+    assert_eq!(whole_segments(MOST, Some(0)), MOST);
+}
+
+/// A connection's own segment size decides its chunk: on loopback, a whole number of its
+/// segments, and every sendfile of a long body is that chunk but the last.
+#[test]
+fn a_long_body_goes_out_in_chunks_of_the_connections_segments() {
+    use std::os::fd::AsFd;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        s.set_nodelay(true).unwrap();
+        let mss = ramjet_runtime::sys::max_segment(&s.as_fd()).unwrap() as u64;
+        let chunk = Sink::sendfile_chunk(&s, super::SENDFILE_CHUNK);
+        assert!(chunk <= super::SENDFILE_CHUNK && chunk > super::SENDFILE_CHUNK - mss);
+        assert_eq!(chunk % mss, 0, "chunk {chunk}, segments of {mss}");
+        drop(c);
+    });
+}
+
+/// What a sink that asks for its own chunk size is given.
+struct Chunked {
+    out: RefCell<Vec<u8>>,
+    calls: RefCell<Vec<usize>>,
+}
+
+impl Sink for Chunked {
+    fn try_writev(&self, iov: &[IoSlice<'_>], _more: bool) -> io::Result<usize> {
+        let mut n = 0;
+        for s in iov {
+            self.out.borrow_mut().extend_from_slice(s);
+            n += s.len();
+        }
+        Ok(n)
+    }
+
+    fn try_sendfile(&self, file: &File, offset: u64, len: usize) -> io::Result<usize> {
+        let mut buf = vec![0; len];
+        file.read_exact_at(&mut buf, offset).unwrap();
+        self.out.borrow_mut().extend_from_slice(&buf);
+        self.calls.borrow_mut().push(len);
+        Ok(len)
+    }
+
+    fn sendfile_chunk(&self, _most: u64) -> u64 {
+        100_000
+    }
+
+    async fn writable(&self, _timeout: Duration) -> Result<(), WriteError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_body_longer_than_a_chunk_is_sent_in_the_sinks_chunks_and_a_shorter_one_whole() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for (len, calls) in [
+        (super::SENDFILE_CHUNK + 1, vec![100_000, 100_000, 62_145]),
+        (super::SENDFILE_CHUNK, vec![super::SENDFILE_CHUNK as usize]),
+    ] {
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&data).unwrap();
+        let mut out = Outbox::default();
+        let resp = out.begin();
+        out.head(resp, |o| o.extend_from_slice(b"H"));
+        let file = Arc::new(f);
+        out.body(
+            resp,
+            Body::File {
+                file,
+                offset: 0,
+                len,
+            },
+            false,
+        );
+        let sink = Chunked {
+            out: RefCell::new(Vec::new()),
+            calls: RefCell::new(Vec::new()),
+        };
+        rt.block_on(out.flush(&sink, Duration::from_secs(5), None))
+            .unwrap();
+        assert!(sink.out.into_inner()[1..] == data, "{len} bytes differ");
+        assert_eq!(sink.calls.into_inner(), calls, "{len}");
+    }
+}

@@ -32,5 +32,7 @@ pub use ready_set::ReadySet;
 pub use receive::recv_discard;
 pub use residency::{blocking_warm, drop_from_page_cache, is_resident};
 pub use send::{sendfile, writev_more};
-pub use socket::{bind_address_no_port, defer_accept, duplicate, shutdown_write, unsent_bytes};
+pub use socket::{
+    bind_address_no_port, defer_accept, duplicate, max_segment, shutdown_write, unsent_bytes,
+};
 pub use spawner::{pipe, Program, Spawner};

@@ -66,6 +66,32 @@ pub fn unsent_bytes(fd: std::os::fd::RawFd) -> io::Result<u64> {
     }
 }
 
+/// The connection's maximum segment size (`TCP_MAXSEG`): the payload of one full TCP
+/// segment, of which the kernel's send units are multiples.
+pub fn max_segment(socket: &impl std::os::fd::AsFd) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let mut mss: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: the descriptor is borrowed open for the call; `mss` and `len` are live and
+    // describe a c_int, the size TCP_MAXSEG reads into.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_fd().as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_MAXSEG,
+            &mut mss as *mut libc::c_int as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc == 0 && mss > 0 {
+        Ok(mss as usize)
+    } else if rc == 0 {
+        Err(io::ErrorKind::InvalidData.into())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// `shutdown(SHUT_WR)`: send the FIN now, keep reading.
 pub fn shutdown_write(socket: &impl std::os::fd::AsFd) -> io::Result<()> {
     rustix::net::shutdown(socket, rustix::net::Shutdown::Write).map_err(io::Error::from)
