@@ -399,10 +399,10 @@ pub(crate) trait Sink {
     fn try_writev(&self, iov: &[IoSlice<'_>], more: bool) -> io::Result<usize>;
     /// One sendfile of at most `len` bytes of `file` from `offset`.
     fn try_sendfile(&self, file: &File, offset: u64, len: usize) -> io::Result<usize>;
-    /// The bytes per sendfile of a long body, at most `most`: a whole number of the
-    /// connection's segments, so that no call ends in a short one.
-    fn sendfile_chunk(&self, most: u64) -> u64 {
-        most
+    /// The connection's maximum segment size, where it has one (TCP): sends of a long
+    /// body are whole numbers of it, so that none ends in a short segment.
+    fn max_segment(&self) -> Option<usize> {
+        None
     }
     /// Wait until the sink can take more, at most `timeout`.
     fn writable(&self, timeout: Duration) -> impl Future<Output = Result<(), WriteError>>;
@@ -433,8 +433,8 @@ impl Sink for TcpStream {
         })
     }
 
-    fn sendfile_chunk(&self, most: u64) -> u64 {
-        whole_segments(most, sys::max_segment(self).ok())
+    fn max_segment(&self) -> Option<usize> {
+        sys::max_segment(self).ok()
     }
 
     async fn writable(&self, timeout: Duration) -> Result<(), WriteError> {
@@ -466,7 +466,7 @@ async fn send_file<S: Sink>(
     // the tail segments cost nothing next to what the cork held back.
     let mut sent = 0u64;
     let chunk = if len > SENDFILE_CHUNK {
-        sink.sendfile_chunk(SENDFILE_CHUNK)
+        whole_segments(SENDFILE_CHUNK, sink.max_segment())
     } else {
         SENDFILE_CHUNK
     };

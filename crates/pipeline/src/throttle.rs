@@ -207,8 +207,8 @@ impl Sink for Throttled<'_> {
         })
     }
 
-    fn sendfile_chunk(&self, most: u64) -> u64 {
-        self.stream.sendfile_chunk(most)
+    fn max_segment(&self) -> Option<usize> {
+        self.stream.max_segment()
     }
 
     async fn writable(&self, timeout: Duration) -> Result<(), WriteError> {

@@ -197,10 +197,11 @@ impl Sink for Transport {
         }
     }
 
-    fn sendfile_chunk(&self, most: u64) -> u64 {
+    fn max_segment(&self) -> Option<usize> {
         match self {
-            Transport::Plain(s) => s.sendfile_chunk(most),
-            Transport::Tls(_) => most,
+            Transport::Plain(s) => s.max_segment(),
+            // Records, not segments, are what a TLS write is made of.
+            Transport::Tls(_) => None,
         }
     }
 

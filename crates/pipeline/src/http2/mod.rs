@@ -133,6 +133,8 @@ pub(crate) async fn serve<C: Content>(
             )))
         }
     };
+    // Writes of many frames stop at whole segments (0: no such limit, under TLS).
+    let segment = crate::outbox::Sink::max_segment(&transport).unwrap_or(0);
     // Quiet since (for parking): a connection back from the lot waits its turn again.
     let mut park_from = Instant::now();
     let mut meter = meter::Meter::new();
@@ -283,13 +285,13 @@ pub(crate) async fn serve<C: Content>(
             }
             if !mm.out.is_empty() {
                 let unwritten = mm.out.pending();
-                let wrote = mm.out.write(&transport);
+                let wrote = mm.out.write_whole(&transport, segment);
                 if mm.out.pending() < unwritten {
                     // The client reads: `timeouts.send` counts from here.
                     write_blocked = None;
                 }
                 match wrote {
-                    Ok(Wrote::All) => progress = true,
+                    Ok(Wrote::All | Wrote::Held) => progress = true,
                     Ok(Wrote::Blocked) => {
                         if mm.out.pending() < before {
                             progress = true;
@@ -567,6 +569,7 @@ async fn close(transport: &mut Transport, m: &Shared, send_timeout: Duration) {
             let r = m.borrow_mut().out.write(transport);
             match r {
                 Ok(Wrote::All) => return true,
+                Ok(Wrote::Held) => unreachable!("a plain write holds nothing back"),
                 Ok(Wrote::Blocked) => {
                     if transport.writable().await.is_err() {
                         return false;

@@ -72,6 +72,9 @@ pub(crate) enum Wrote {
     All,
     /// The socket takes no more now.
     Blocked,
+    /// Everything but the last part of a segment is written: it waits to go with what is
+    /// framed next ([`Out::write_whole`]).
+    Held,
 }
 
 impl Out {
@@ -191,6 +194,19 @@ impl Out {
 
     /// Write what the socket takes now.
     pub(crate) fn write<S: Sink>(&mut self, sink: &S) -> io::Result<Wrote> {
+        self.write_in(sink, 0)
+    }
+
+    /// [`Out::write`], but a `writev` longer than one `segment` (the connection's maximum
+    /// segment size) stops at a whole number of them: with TCP_NODELAY, the last part of a
+    /// segment would go out as a short segment of its own. The part held back returns
+    /// `Held`, and goes out with the next frames (or alone on the next call, when it is
+    /// all there is).
+    pub(crate) fn write_whole<S: Sink>(&mut self, sink: &S, segment: usize) -> io::Result<Wrote> {
+        self.write_in(sink, segment)
+    }
+
+    fn write_in<S: Sink>(&mut self, sink: &S, segment: usize) -> io::Result<Wrote> {
         loop {
             if self.seg == self.segs.len() {
                 self.mem.clear();
@@ -206,27 +222,53 @@ impl Out {
                 }
                 return Ok(Wrote::All);
             }
+            let mut held = false;
             let attempt = if let Seg::File { file, offset, len } = &self.segs[self.seg] {
                 sink.try_sendfile(file, offset + self.done as u64, len - self.done)
             } else {
-                let mut iov = [IoSlice::new(&[]); MAX_IOV];
+                // The pieces of one writev: (segment, from, to) within each.
+                let mut parts = [(0usize, 0usize, 0usize); MAX_IOV];
                 let mut n = 0;
+                let mut total = 0;
                 let mut file_follows = false;
+                let mut to_end = true;
                 for (i, s) in self.segs[self.seg..].iter().enumerate() {
-                    let skip = if i == 0 { self.done } else { 0 };
-                    iov[n] = match s {
-                        Seg::Mem { start, end } => IoSlice::new(&self.mem[start + skip..*end]),
-                        Seg::Shared(b) => IoSlice::new(&b[skip..]),
-                        Seg::Mapped { map, at, len } => map.io_slice(at + skip, len - skip),
-                        Seg::File { .. } => {
-                            file_follows = true;
-                            break;
-                        }
-                    };
-                    n += 1;
-                    if n == MAX_IOV {
+                    if matches!(s, Seg::File { .. }) {
+                        file_follows = true;
+                        to_end = false;
                         break;
                     }
+                    if n == MAX_IOV {
+                        to_end = false;
+                        break;
+                    }
+                    let skip = if i == 0 { self.done } else { 0 };
+                    parts[n] = (self.seg + i, skip, s.len());
+                    total += s.len() - skip;
+                    n += 1;
+                }
+                if segment > 0 && !file_follows && total > segment && total % segment != 0 {
+                    // Cut the last part of a segment off the end.
+                    let mut cut = total % segment;
+                    held = to_end;
+                    while cut > 0 {
+                        let (_, from, to) = &mut parts[n - 1];
+                        let take = cut.min(*to - *from);
+                        *to -= take;
+                        cut -= take;
+                        if *to == *from {
+                            n -= 1;
+                        }
+                    }
+                }
+                let mut iov = [IoSlice::new(&[]); MAX_IOV];
+                for (slot, &(k, from, to)) in iov.iter_mut().zip(&parts[..n]) {
+                    *slot = match &self.segs[k] {
+                        Seg::Mem { start, .. } => IoSlice::new(&self.mem[start + from..start + to]),
+                        Seg::Shared(b) => IoSlice::new(&b[from..to]),
+                        Seg::Mapped { map, at, .. } => map.io_slice(at + from, to - from),
+                        Seg::File { .. } => unreachable!("a file range is not in a writev"),
+                    };
                 }
                 sink.try_writev(&iov[..n], file_follows)
             };
@@ -244,6 +286,10 @@ impl Out {
                             self.done += wrote;
                             wrote = 0;
                         }
+                    }
+                    if held && self.pending < segment {
+                        self.compact();
+                        return Ok(Wrote::Held);
                     }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -419,5 +465,87 @@ mod tests {
         let mut want = vec![1u8; 40];
         want.extend_from_slice(&[2u8; 5]);
         assert_eq!(*sink2.got.borrow(), want);
+    }
+
+    /// A sink that records the length of every writev it takes whole.
+    struct Lengths {
+        got: RefCell<Vec<u8>>,
+        writes: RefCell<Vec<usize>>,
+    }
+
+    impl Sink for Lengths {
+        fn try_writev(&self, iov: &[IoSlice<'_>], _more: bool) -> io::Result<usize> {
+            let mut n = 0;
+            for s in iov {
+                self.got.borrow_mut().extend_from_slice(s);
+                n += s.len();
+            }
+            self.writes.borrow_mut().push(n);
+            Ok(n)
+        }
+        fn try_sendfile(&self, _: &File, _: u64, _: usize) -> io::Result<usize> {
+            unreachable!()
+        }
+        async fn writable(&self, _: std::time::Duration) -> Result<(), crate::outbox::WriteError> {
+            Ok(())
+        }
+    }
+
+    /// Frames as the scheduler queues them: a 9-byte header, then a shared payload.
+    fn frames(out: &mut Out, want: &mut Vec<u8>, count: usize, byte: u8) {
+        for k in 0..count {
+            let head = [byte, k as u8, 0, 0, 0, 0, 0, 0, 1];
+            out.put(|m| m.extend_from_slice(&head));
+            want.extend_from_slice(&head);
+            let payload = Bytes::from(vec![byte; 16_384]);
+            want.extend_from_slice(&payload);
+            out.shared(payload);
+        }
+    }
+
+    #[test]
+    fn writes_of_many_frames_stop_at_whole_segments_and_the_rest_goes_with_the_next() {
+        const SEG: usize = 10_000;
+        let sink = Lengths {
+            got: RefCell::new(Vec::new()),
+            writes: RefCell::new(Vec::new()),
+        };
+        let mut out = Out::default();
+        let mut want = Vec::new();
+        // 49,179 bytes: 40,000 go, 9,179 wait for the next frames.
+        frames(&mut out, &mut want, 3, 1);
+        assert_eq!(out.write_whole(&sink, SEG).unwrap(), Wrote::Held);
+        assert_eq!(out.pending(), 9_179);
+        // With three more frames: 58,358 bytes, 50,000 go.
+        frames(&mut out, &mut want, 3, 2);
+        assert_eq!(out.write_whole(&sink, SEG).unwrap(), Wrote::Held);
+        assert_eq!(out.pending(), 8_358);
+        // Nothing more framed: what waits is less than a segment, and goes.
+        assert_eq!(out.write_whole(&sink, SEG).unwrap(), Wrote::All);
+        assert_eq!(*sink.writes.borrow(), [40_000, 50_000, 8_358]);
+        assert!(*sink.got.borrow() == want);
+        // Exactly whole segments, one byte over a segment, one byte under: as they are,
+        // but for the byte over; and a plain write holds nothing back.
+        for (len, writes) in [
+            (20_000, vec![20_000]),
+            (10_001, vec![10_000, 1]),
+            (9_999, vec![9_999]),
+        ] {
+            let sink = Lengths {
+                got: RefCell::new(Vec::new()),
+                writes: RefCell::new(Vec::new()),
+            };
+            let mut out = Out::default();
+            out.shared(Bytes::from(vec![3u8; len]));
+            let mut wrote = out.write_whole(&sink, SEG).unwrap();
+            if wrote == Wrote::Held {
+                wrote = out.write_whole(&sink, SEG).unwrap();
+            }
+            assert_eq!(wrote, Wrote::All);
+            assert_eq!(*sink.writes.borrow(), writes, "{len}");
+            let mut out = Out::default();
+            out.shared(Bytes::from(vec![3u8; len]));
+            assert_eq!(out.write(&sink).unwrap(), Wrote::All);
+        }
     }
 }
