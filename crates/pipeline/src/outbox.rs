@@ -20,6 +20,11 @@ use crate::response::{Body, BodySource, Part};
 /// (DESIGN.md §1: 256 KiB chunks roughly doubled throughput over unbounded calls here).
 const SENDFILE_CHUNK: u64 = 256 * 1024;
 
+/// When a chunk is not in the page cache, the blocking pool reads this much ahead.
+const WARM_WINDOW: u64 = 8 * 1024 * 1024;
+/// How far ahead one page-cache probe looks before a file is sent from the event loop.
+const RESIDENT_SPAN: u64 = 16 * 1024 * 1024;
+
 /// `most` bytes rounded down to whole segments of `mss` (unchanged when it is unknown or
 /// larger than `most`). With TCP_NODELAY, a sendfile that ends in part of a segment sends
 /// that part as a segment of its own: a 256 KiB chunk on loopback (segments of 65,483
@@ -30,10 +35,7 @@ fn whole_segments(most: u64, mss: Option<usize>) -> u64 {
         _ => most,
     }
 }
-/// When a chunk is not in the page cache, the blocking pool reads this much ahead.
-const WARM_WINDOW: u64 = 8 * 1024 * 1024;
-/// How far ahead one page-cache probe looks before a file is sent from the event loop.
-const RESIDENT_SPAN: u64 = 16 * 1024 * 1024;
+
 /// Most iovecs per writev.
 const MAX_IOV: usize = 64;
 
