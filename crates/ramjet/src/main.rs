@@ -301,6 +301,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     for (addr, scheme) in addrs.iter().zip(&schemes) {
         tracing::info!("listening on {scheme}://{addr} ({workers} worker{plural})");
     }
+    if !ramjet_runtime::sys::openat2_available() {
+        tracing::warn!(
+            "this kernel has no openat2 (Linux 5.6+): files are opened a path component at a time, and no symlink below a root is followed"
+        );
+    }
     if schemes.contains(&"https") {
         let kernel = if ramjet_tls::kernel_tls_available() {
             "kernel TLS is available but not used yet"

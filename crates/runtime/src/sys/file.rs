@@ -1,8 +1,11 @@
-//! Opening files beneath a directory with the kernel's guarantee (`openat2`, Linux ≥ 5.6).
+//! Opening files beneath a directory with the kernel's guarantee (`openat2`, Linux ≥ 5.6;
+//! without it, a walk that follows no symlink: [`super::walk`]).
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
+
+use super::walk;
 use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -108,22 +111,54 @@ fn beneath_flags(policy: OpenPolicy) -> ResolveFlags {
     }
 }
 
-/// `openat2` read-only, non-blocking, close-on-exec, then `fstat`.
+/// `openat2` read-only, non-blocking, close-on-exec, then `fstat`. Where the kernel has
+/// no `openat2`, the path is walked instead ([`super::walk`]).
 fn open_resolved(
     dir: impl AsFd,
     path: &std::ffi::OsStr,
     resolve: ResolveFlags,
 ) -> io::Result<(File, FileStat)> {
-    let fd = rustix::fs::openat2(
-        dir,
-        path,
-        OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK,
-        Mode::empty(),
-        resolve,
-    )?;
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
+    let fd = match resolved_or_walk(dir.as_fd(), path, flags, resolve) {
+        Some(r) => r?,
+        None => walk_instead(dir, path, flags, resolve)?,
+    };
     let file = File::from(fd);
     let stat = FileStat::of(&file)?;
     Ok((file, stat))
+}
+
+/// `openat2`'s answer, or `None` when the kernel has none and the path must be walked.
+fn resolved_or_walk(
+    dir: std::os::fd::BorrowedFd<'_>,
+    path: &std::ffi::OsStr,
+    flags: OFlags,
+    resolve: ResolveFlags,
+) -> Option<io::Result<OwnedFd>> {
+    if walk::walking() {
+        return None;
+    }
+    let r = rustix::fs::openat2(dir, path, flags, Mode::empty(), resolve);
+    (!walk::missing(&r)).then(|| r.map_err(io::Error::from))
+}
+
+/// The open [`open_resolved`] makes without `openat2`. A walk may wait for the disk at any
+/// component, so a cached-only open says `WouldBlock` (the caller opens on the blocking
+/// pool). A path not held beneath a directory (the working directory's, absolute) is a
+/// plain open.
+fn walk_instead(
+    dir: impl AsFd,
+    path: &std::ffi::OsStr,
+    flags: OFlags,
+    resolve: ResolveFlags,
+) -> io::Result<OwnedFd> {
+    if resolve.contains(ResolveFlags::CACHED) {
+        return Err(io::ErrorKind::WouldBlock.into());
+    }
+    if !resolve.contains(ResolveFlags::BENEATH) {
+        return Ok(rustix::fs::openat(dir, path, flags, Mode::empty())?);
+    }
+    walk::open_walking(dir, path.as_bytes(), flags)
 }
 
 /// The whole of `file`, expected to be `len` bytes, read only from the page cache
@@ -212,13 +247,13 @@ pub fn read_at(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
 /// `lstat` of `path` beneath `dir` without following a final symlink (for the owner check).
 /// Intermediate components are resolved beneath `dir` as in [`open_beneath`].
 pub fn stat_beneath(dir: &File, path: &[u8]) -> io::Result<FileStat> {
-    let fd = rustix::fs::openat2(
-        dir,
-        std::ffi::OsStr::from_bytes(path),
-        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-        ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
-    )?;
+    let path = std::ffi::OsStr::from_bytes(path);
+    let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
+    let fd = match resolved_or_walk(dir.as_fd(), path, flags, resolve) {
+        Some(r) => r?,
+        None => walk_instead(dir, path, flags, resolve)?,
+    };
     FileStat::of(&fd)
 }
 
@@ -314,6 +349,40 @@ mod tests {
                 "{path:?}: {e}"
             );
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn without_openat2_a_cached_open_goes_to_the_pool_and_a_blocking_one_walks() {
+        let dir = scratch("walk-instead");
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/f"), b"x").unwrap();
+        std::os::unix::fs::symlink("sub", dir.join("link")).unwrap();
+        let d = File::open(&dir).unwrap();
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+        let path = std::ffi::OsStr::new("sub/f");
+        for policy in [OpenPolicy::Beneath, OpenPolicy::NoSymlinks] {
+            let resolve = beneath_flags(policy);
+            let cached = walk_instead(&d, path, flags, resolve | ResolveFlags::CACHED);
+            assert!(needs_blocking_open(&cached.unwrap_err()));
+            assert!(walk_instead(&d, path, flags, resolve).is_ok());
+            let linked = walk_instead(&d, std::ffi::OsStr::new("link/f"), flags, resolve);
+            assert!(is_symlink_loop(&linked.unwrap_err()));
+            let up = walk_instead(&d, std::ffi::OsStr::new("../x"), flags, resolve);
+            assert_eq!(
+                up.unwrap_err().raw_os_error(),
+                Some(rustix::io::Errno::XDEV.raw_os_error())
+            );
+        }
+        // Not beneath a directory (a configured absolute path): a plain open.
+        let whole = dir.join("sub/f");
+        assert!(walk_instead(
+            rustix::fs::CWD,
+            whole.as_os_str(),
+            flags,
+            ResolveFlags::empty()
+        )
+        .is_ok());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

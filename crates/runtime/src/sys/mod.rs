@@ -17,6 +17,7 @@ mod send;
 mod socket;
 mod spawner;
 pub mod upgrade;
+mod walk;
 
 pub use activation::take_activated_listeners;
 pub use file::{
@@ -36,3 +37,4 @@ pub use socket::{
     bind_address_no_port, defer_accept, duplicate, max_segment, shutdown_write, unsent_bytes,
 };
 pub use spawner::{pipe, Program, Spawner};
+pub use walk::openat2_available;
