@@ -62,24 +62,21 @@ pub fn encode(path: &[u8], out: &mut Vec<u8>) {
 
 /// Normalise `target` (origin-form path and query). An empty path (from "http://h?q") is "/".
 pub fn normalize(target: &str) -> Result<CleanPath<'_>, PathError> {
-    let (raw_path, query) = match target.find('?') {
+    let (raw_path, query) = match memchr::memchr(b'?', target.as_bytes()) {
         Some(q) => (&target[..q], Some(&target[q + 1..])),
         None => (target, None),
     };
     // A fragment never belongs in a request target; drop it like a browser would.
-    let raw_path = raw_path.split('#').next().unwrap_or("");
+    let raw_path = match memchr::memchr(b'#', raw_path.as_bytes()) {
+        Some(h) => &raw_path[..h],
+        None => raw_path,
+    };
     let raw_path = if raw_path.is_empty() { "/" } else { raw_path };
     if !raw_path.starts_with('/') {
         return Err(PathError::NotAbsolute);
     }
     let bytes = raw_path.as_bytes();
-    let segments = bytes[1..].split(|&b| b == b'/').count();
-    let needs_work = bytes.iter().any(|&b| b == b'%' || b == 0)
-        || bytes[1..]
-            .split(|&b| b == b'/')
-            .enumerate()
-            .any(|(i, seg)| seg == b"." || seg == b".." || (seg.is_empty() && i + 1 < segments));
-    if !needs_work {
+    if !needs_work(bytes) {
         return Ok(CleanPath {
             path: Cow::Borrowed(bytes),
             query,
@@ -92,6 +89,26 @@ pub fn normalize(target: &str) -> Result<CleanPath<'_>, PathError> {
         query,
         raw_path,
     })
+}
+
+/// Whether a path (starting with `/`) must be decoded or cleaned: it holds `%` or NUL, a
+/// `.` or `..` segment, or an empty segment before the last (`//`). One pass: every
+/// request's path comes through here.
+fn needs_work(bytes: &[u8]) -> bool {
+    let mut start = 1;
+    for (i, &b) in bytes.iter().enumerate().skip(1) {
+        match b {
+            b'%' | 0 => return true,
+            b'/' => {
+                if matches!(&bytes[start..i], b"" | b"." | b"..") {
+                    return true;
+                }
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    matches!(&bytes[start.min(bytes.len())..], b"." | b"..")
 }
 
 fn decode(bytes: &[u8]) -> Result<Vec<u8>, PathError> {
@@ -157,6 +174,62 @@ mod tests {
 
     fn n(t: &str) -> Result<Vec<u8>, PathError> {
         normalize(t).map(|c| c.path.into_owned())
+    }
+
+    /// The check as it was written before the one-pass [`needs_work`]: the reference.
+    fn needs_work_by_splitting(bytes: &[u8]) -> bool {
+        let segments = bytes[1..].split(|&b| b == b'/').count();
+        bytes.iter().any(|&b| b == b'%' || b == 0)
+            || bytes[1..]
+                .split(|&b| b == b'/')
+                .enumerate()
+                .any(|(i, seg)| seg == b"." || seg == b".." || (seg.is_empty() && i + 1 < segments))
+    }
+
+    #[test]
+    fn the_one_pass_check_agrees_with_splitting_on_every_short_path() {
+        // Every path of up to 6 bytes after the `/` from an alphabet of the bytes that
+        // matter, and some longer ones.
+        let alphabet = [b'a', b'.', b'/', b'%', 0];
+        let mut paths: Vec<Vec<u8>> = vec![b"/".to_vec()];
+        let mut frontier = paths.clone();
+        for _ in 0..6 {
+            let mut next = Vec::new();
+            for p in &frontier {
+                for &c in &alphabet {
+                    let mut q = p.clone();
+                    q.push(c);
+                    next.push(q);
+                }
+            }
+            paths.extend(next.iter().cloned());
+            frontier = next;
+        }
+        for long in [
+            "/a/b/c/d.txt",
+            "/a/b/../c",
+            "/dir/",
+            "/x/.",
+            "/x/..",
+            "/x/...",
+            "/.a/..b/",
+        ] {
+            paths.push(long.as_bytes().to_vec());
+        }
+        for p in &paths {
+            assert_eq!(needs_work(p), needs_work_by_splitting(p), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn a_fragment_ends_the_path_and_the_query_is_after_the_first_question_mark() {
+        let c = normalize("/a#frag?q=1").unwrap();
+        assert_eq!(&*c.path, b"/a");
+        assert_eq!(c.query, Some("q=1"));
+        let c = normalize("/a?q=1#frag").unwrap();
+        assert_eq!(&*c.path, b"/a");
+        assert_eq!(c.query, Some("q=1#frag"));
+        assert_eq!(n("#x").unwrap(), b"/");
     }
 
     #[test]

@@ -345,32 +345,26 @@ fn parse_content_length(value: &[u8]) -> Result<u64, ErrorKind> {
 
 /// uri-host [ ":" port ] with reg-name, IPv4 or IP-literal characters (RFC 3986 §3.2.2).
 fn valid_host(value: &[u8]) -> bool {
-    !value.is_empty()
-        && value.iter().all(|&b| {
-            b.is_ascii_alphanumeric()
-                || matches!(
-                    b,
-                    b'-' | b'.'
-                        | b'_'
-                        | b'~'
-                        | b':'
-                        | b'['
-                        | b']'
-                        | b'!'
-                        | b'$'
-                        | b'&'
-                        | b'\''
-                        | b'('
-                        | b')'
-                        | b'*'
-                        | b'+'
-                        | b','
-                        | b';'
-                        | b'='
-                        | b'%'
-                )
-        })
+    !value.is_empty() && value.iter().all(|&b| HOST_BYTE[usize::from(b)])
 }
+
+/// The bytes [`valid_host`] allows, by value: one load per byte of every request's `Host`.
+const HOST_BYTE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric();
+        b += 1;
+    }
+    let extra = b"-._~:[]!$&'()*+,;=%";
+    let mut i = 0;
+    while i < extra.len() {
+        t[extra[i] as usize] = true;
+        i += 1;
+    }
+    t
+};
 
 fn trim(value: &[u8]) -> &[u8] {
     let start = value

@@ -186,10 +186,12 @@ fn etag(stat: &FileStat) -> String {
 /// Cache variants a path can have: identity and one per precompressed encoding.
 const VARIANTS: u8 = 4;
 
-/// The cache proper; keys are `location id, variant, path` packed into bytes.
+/// The cache proper; keys are `location id, variant, path` packed into bytes. Hashed with
+/// foldhash, seeded per process, not SipHash: every request looks its file up here, and
+/// SipHash cost more than the rest of the lookup (about 160 instructions of a 20-byte key).
 #[derive(Debug)]
 pub(crate) struct FileCache {
-    map: HashMap<Box<[u8]>, std::rc::Rc<Entry>>,
+    map: HashMap<Box<[u8]>, std::rc::Rc<Entry>, foldhash::fast::RandomState>,
     memory: u64,
     clock: u64,
     /// Reused buffer for building lookup keys without allocating.
@@ -199,7 +201,7 @@ pub(crate) struct FileCache {
 impl FileCache {
     pub(crate) fn new() -> FileCache {
         FileCache {
-            map: HashMap::new(),
+            map: HashMap::default(),
             memory: 0,
             clock: 0,
             key: Vec::new(),

@@ -246,3 +246,39 @@ proptest::proptest! {
         let _ = parse(&bytes);
     }
 }
+
+#[test]
+fn the_host_table_allows_exactly_the_rfc_3986_host_bytes() {
+    let by_match = |b: u8| {
+        b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b':'
+                    | b'['
+                    | b']'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b'%'
+            )
+    };
+    for b in 0..=255u8 {
+        assert_eq!(valid_host(&[b]), by_match(b), "byte {b}");
+    }
+    assert!(!valid_host(b""));
+    assert!(valid_host(b"127.0.0.1:8080"));
+    assert!(valid_host(b"[::1]:443"));
+    assert!(!valid_host(b"a b"));
+    assert!(!valid_host(b"a/b"));
+}
