@@ -5,6 +5,8 @@
 # cg.toml serves /tmp/ramjet-bench/www (bench/compare.py makes it) on 127.0.0.1:18090; 2,000
 # requests at -c 10 warm it up, then the counters are zeroed and N (20,000) more are counted.
 # Needs valgrind; ramjet opens files without openat2 under it (valgrind 3.19 has none).
+U=$1; N=${2:-20000}; shift; [ $# -gt 0 ] && shift
+BIN=${BIN:-/work/main/target/release/ramjet}
 rm -f callgrind.out.*
 valgrind --tool=callgrind --dump-instr=no "$BIN" serve -c "$(dirname "$0")/cg.toml" > vg.log 2>&1 &
 VG=$!
