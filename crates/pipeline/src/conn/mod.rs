@@ -109,6 +109,8 @@ struct Conn {
     /// The HTTP/2 connection preface may still come: no request yet, on a listener that
     /// serves HTTP/2.
     h2c: bool,
+    /// The waits for input end by this one timer ([`timer::LazyTimer`]).
+    timer: timer::LazyTimer,
 }
 
 /// Where a connection stands (DESIGN.md §4.2: an enum, not flags). `Conn::serve` has one
@@ -197,6 +199,7 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
         refuse,
         throttle: None,
         h2c: false,
+        timer: timer::LazyTimer::default(),
     };
     if resumed {
         // Bytes another process read before handing the connection over (an upgrade):
@@ -291,6 +294,7 @@ pub(crate) use encode::{framing, location_headers, too_many, Framing};
 mod handoff;
 mod reading;
 mod requests;
+mod timer;
 mod tls;
 mod writing;
 

@@ -112,7 +112,7 @@ impl Conn {
                 tokio::select! {
                     biased;
                     r = self.stream.socket().readable() => if r.is_err() { return ReadOutcome::Failed },
-                    _ = tokio::time::sleep_until(park_at) => return ReadOutcome::Park,
+                    _ = self.timer.until(park_at) => return ReadOutcome::Park,
                 }
             } else if idle {
                 let notified = w.shutdown.notified();
@@ -124,14 +124,14 @@ impl Conn {
                 tokio::select! {
                     biased;
                     r = self.stream.socket().readable() => if r.is_err() { return ReadOutcome::Failed },
-                    _ = tokio::time::sleep_until(deadline) => return ReadOutcome::Timeout,
+                    _ = self.timer.until(deadline) => return ReadOutcome::Timeout,
                     _ = notified => return ReadOutcome::Shutdown,
                 }
             } else {
                 tokio::select! {
                     biased;
                     r = self.stream.socket().readable() => if r.is_err() { return ReadOutcome::Failed },
-                    _ = tokio::time::sleep_until(deadline) => return ReadOutcome::Timeout,
+                    _ = self.timer.until(deadline) => return ReadOutcome::Timeout,
                 }
             }
             if self.buf.capacity() == 0 {
