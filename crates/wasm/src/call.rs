@@ -335,8 +335,7 @@ fn push_v4(text: &mut String, a: std::net::SocketAddrV4) {
                 break;
             }
         }
-        // Only ASCII digits were written.
-        text.push_str(std::str::from_utf8(&digits[i..]).unwrap_or_default());
+        text.extend(digits[i..].iter().map(|&d| char::from(d)));
     }
     for (i, octet) in a.ip().octets().into_iter().enumerate() {
         if i > 0 {

@@ -21,7 +21,9 @@ const KEPT_MAX: usize = 8192;
 const KEPT_VALID: Duration = Duration::from_secs(1);
 
 /// Kept files by (tree, path).
-type Kept = HashMap<(String, String), Arc<KeptFile>>;
+/// Hashed with foldhash (seeded per process), not SipHash: a module's every `files` call
+/// looks its file up here.
+type Kept = HashMap<(String, String), Arc<KeptFile>, foldhash::fast::RandomState>;
 
 /// A file of a granted tree, kept open for the mount.
 pub struct KeptFile {
@@ -99,7 +101,7 @@ impl Grants {
             journals: BTreeMap::new(),
             upstreams: BTreeMap::new(),
             store: Mutex::new(HashMap::new()),
-            kept: Mutex::new(HashMap::new()),
+            kept: Mutex::new(HashMap::default()),
         }
     }
 
