@@ -6,8 +6,6 @@
 //! gets one segment, not one per piece. The static handler serves files up to its
 //! `small_file_max` (32 KiB by default) from memory for the same reason.
 
-use std::io::IoSliceMut;
-
 use bytes::Bytes;
 
 use crate::api::Piece;
@@ -34,21 +32,14 @@ pub fn joined(pieces: &[Piece]) -> Option<Bytes> {
     if !has_file || total > JOIN_MAX {
         return None;
     }
-    let mut out = vec![0u8; total as usize];
-    let mut at = 0;
+    let mut out = Vec::with_capacity(total as usize);
     for p in pieces {
         match p {
-            Piece::Bytes(b) => {
-                out[at..at + b.len()].copy_from_slice(b);
-                at += b.len();
-            }
+            Piece::Bytes(b) => out.extend_from_slice(b),
             Piece::File { file, offset, len } => {
-                let len = *len as usize;
-                let mut bufs = [IoSliceMut::new(&mut out[at..at + len])];
-                if ramjet_runtime::sys::read_vectored_cached(file, &mut bufs, *offset)? != len {
+                if !ramjet_runtime::sys::append_cached(file, *offset, *len as usize, &mut out) {
                     return None;
                 }
-                at += len;
             }
         }
     }

@@ -227,6 +227,38 @@ pub fn read_vectored_cached(
     Some(done)
 }
 
+/// Append exactly `len` bytes of `file` from `offset` to `out`, read only from the page
+/// cache (`RWF_NOWAIT`). `false`, with `out` as it was, when some are not cached, the file
+/// ends first or the filesystem cannot read without waiting. The kernel writes into `out`'s
+/// spare room directly: nothing is zeroed first (for a 20 KiB module reply, zeroing cost
+/// more instructions than the rest of the request). Safe on the event loop.
+pub fn append_cached(file: &File, offset: u64, len: usize, out: &mut Vec<u8>) -> bool {
+    use std::os::fd::AsRawFd;
+    let start = out.len();
+    out.reserve(len);
+    let mut done = 0;
+    while done < len {
+        let spare = out.spare_capacity_mut();
+        let iov = libc::iovec {
+            iov_base: spare.as_mut_ptr().cast(),
+            iov_len: len - done,
+        };
+        let at = (offset + done as u64) as libc::off_t;
+        // SAFETY: the iovec covers `len - done` bytes of `out`'s spare capacity (reserved
+        // above, and `done` of it used since), which the kernel only writes to.
+        let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, at, libc::RWF_NOWAIT) };
+        if n <= 0 {
+            out.truncate(start);
+            return false;
+        }
+        let n = (n as usize).min(len - done);
+        // SAFETY: the kernel initialised these `n` bytes, all within the reserved capacity.
+        unsafe { out.set_len(out.len() + n) };
+        done += n;
+    }
+    true
+}
+
 /// Up to `len` bytes of `file` from `offset` (fewer where the file ends), waiting for the
 /// disk: for the blocking pool.
 pub fn read_at(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
@@ -383,6 +415,30 @@ mod tests {
             ResolveFlags::empty()
         )
         .is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn appending_from_the_page_cache_takes_exactly_the_range_or_leaves_the_vec_alone() {
+        let dir = scratch("append");
+        let path = dir.join("f");
+        let bytes: Vec<u8> = (0..70_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let f = File::open(&path).unwrap();
+        let _ = read_at(&f, 0, bytes.len()); // now in the page cache
+        let mut out = b"head".to_vec();
+        assert!(append_cached(&f, 4097, 60_000, &mut out));
+        assert_eq!(&out[..4], b"head");
+        assert_eq!(&out[4..], &bytes[4097..64_097]);
+        // Zero bytes, the last byte, and past the end (the Vec is left as it was).
+        assert!(append_cached(&f, 0, 0, &mut out));
+        assert_eq!(out.len(), 60_004);
+        assert!(append_cached(&f, 69_999, 1, &mut out));
+        assert_eq!(out.last(), Some(&bytes[69_999]));
+        let before = out.clone();
+        assert!(!append_cached(&f, 69_999, 2, &mut out));
+        assert!(!append_cached(&f, 80_000, 1, &mut out));
+        assert_eq!(out, before);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -21,9 +21,9 @@ mod walk;
 
 pub use activation::take_activated_listeners;
 pub use file::{
-    blocking_read_dir, is_symlink_loop, needs_blocking_open, open_beneath, open_beneath_cached,
-    open_cached, open_owner_matched, read_at, read_at_cached, read_cached, read_vectored_cached,
-    stat_beneath, FileStat, OpenPolicy,
+    append_cached, blocking_read_dir, is_symlink_loop, needs_blocking_open, open_beneath,
+    open_beneath_cached, open_cached, open_owner_matched, read_at, read_at_cached, read_cached,
+    read_vectored_cached, stat_beneath, FileStat, OpenPolicy,
 };
 pub use inotify::{Change, DirWatch};
 pub use mapping::Mapping;
