@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 mod body;
+pub mod byte_set;
 mod error;
 mod limits;
 mod method;

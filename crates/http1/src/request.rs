@@ -349,22 +349,7 @@ fn valid_host(value: &[u8]) -> bool {
 }
 
 /// The bytes [`valid_host`] allows, by value: one load per byte of every request's `Host`.
-const HOST_BYTE: [bool; 256] = {
-    let mut t = [false; 256];
-    let mut b = 0;
-    while b < 256 {
-        let c = b as u8;
-        t[b] = c.is_ascii_alphanumeric();
-        b += 1;
-    }
-    let extra = b"-._~:[]!$&'()*+,;=%";
-    let mut i = 0;
-    while i < extra.len() {
-        t[extra[i] as usize] = true;
-        i += 1;
-    }
-    t
-};
+const HOST_BYTE: [bool; 256] = crate::byte_set::alphanumeric_and(b"-._~:[]!$&'()*+,;=%");
 
 fn trim(value: &[u8]) -> &[u8] {
     let start = value

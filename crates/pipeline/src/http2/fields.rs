@@ -52,23 +52,17 @@ const UPPER: u8 = 2;
 const FORBIDDEN: u8 = 4;
 
 static CLASS: [u8; 256] = {
+    let tokens = ramjet_http1::byte_set::alphanumeric_and(b"!#$%&'*+-.^_`|~");
     let mut t = [0u8; 256];
     let mut b = 0;
     while b < 256 {
-        let c = b as u8;
-        if c.is_ascii_alphanumeric() {
+        if tokens[b] {
             t[b] = TOKEN;
         }
-        if c.is_ascii_uppercase() {
+        if (b as u8).is_ascii_uppercase() {
             t[b] |= UPPER;
         }
         b += 1;
-    }
-    let extra = b"!#$%&'*+-.^_`|~";
-    let mut i = 0;
-    while i < extra.len() {
-        t[extra[i] as usize] = TOKEN;
-        i += 1;
     }
     t[0] |= FORBIDDEN;
     t[b'\r' as usize] |= FORBIDDEN;
