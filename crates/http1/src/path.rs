@@ -109,7 +109,7 @@ fn needs_work(bytes: &[u8]) -> bool {
             _ => {}
         }
     }
-    matches!(&bytes[start.min(bytes.len())..], b"." | b"..")
+    matches!(&bytes[start..], b"." | b"..")
 }
 
 fn decode(bytes: &[u8]) -> Result<Vec<u8>, PathError> {

@@ -4,12 +4,12 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
-
-use super::walk;
 use std::os::unix::ffi::OsStrExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{Mode, OFlags, ResolveFlags};
+
+use super::walk;
 
 /// How symlinks may be resolved below the directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,27 +119,25 @@ fn open_resolved(
     resolve: ResolveFlags,
 ) -> io::Result<(File, FileStat)> {
     let flags = OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
-    let fd = match resolved_or_walk(dir.as_fd(), path, flags, resolve) {
-        Some(r) => r?,
-        None => walk_instead(dir, path, flags, resolve)?,
-    };
-    let file = File::from(fd);
+    let file = File::from(open_fd(dir, path, flags, resolve)?);
     let stat = FileStat::of(&file)?;
     Ok((file, stat))
 }
 
-/// `openat2`'s answer, or `None` when the kernel has none and the path must be walked.
-fn resolved_or_walk(
-    dir: std::os::fd::BorrowedFd<'_>,
+/// `openat2`, or the walk where the kernel has none.
+fn open_fd(
+    dir: impl AsFd,
     path: &std::ffi::OsStr,
     flags: OFlags,
     resolve: ResolveFlags,
-) -> Option<io::Result<OwnedFd>> {
-    if walk::walking() {
-        return None;
+) -> io::Result<OwnedFd> {
+    if !walk::walking() {
+        let r = rustix::fs::openat2(dir.as_fd(), path, flags, Mode::empty(), resolve);
+        if !walk::missing(&r) {
+            return Ok(r?);
+        }
     }
-    let r = rustix::fs::openat2(dir, path, flags, Mode::empty(), resolve);
-    (!walk::missing(&r)).then(|| r.map_err(io::Error::from))
+    walk_instead(dir, path, flags, resolve)
 }
 
 /// The open [`open_resolved`] makes without `openat2`. A walk may wait for the disk at any
@@ -282,11 +280,7 @@ pub fn stat_beneath(dir: &File, path: &[u8]) -> io::Result<FileStat> {
     let path = std::ffi::OsStr::from_bytes(path);
     let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS;
-    let fd = match resolved_or_walk(dir.as_fd(), path, flags, resolve) {
-        Some(r) => r?,
-        None => walk_instead(dir, path, flags, resolve)?,
-    };
-    FileStat::of(&fd)
+    FileStat::of(&open_fd(dir, path, flags, resolve)?)
 }
 
 /// [`open_beneath`] under Apache's `SymLinksIfOwnerMatch`: without symlinks when the path
