@@ -15,6 +15,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import congestion  # same directory: the kernel's TCP congestion control
+
 TICK = os.sysconf("SC_CLK_TCK")
 PORT = 18190
 
@@ -28,6 +30,7 @@ PROFILES = [
     # Large files: the body dropped in the client's kernel (recv MSG_TRUNC), so the
     # server's sending sets the pace; the figure to read is the server CPU per request.
     ("100MB x4 (discarding receiver)", "/100m.bin", 4, ["--discard-body"]),
+    ("100MB x4 (copying receiver)", "/100m.bin", 4, []),
 ]
 FILES = {"empty.bin": 0, "4k.bin": 4096, "21k.bin": 22_016, "100k.bin": 100_000,
          "100m.bin": 100 << 20}
@@ -87,7 +90,14 @@ def main():
     ap.add_argument("--duration", type=int, default=5)
     ap.add_argument("--out")
     ap.add_argument("--profiles", default="all", help="comma list of profile names, or all")
+    ap.add_argument("--congestion", default="",
+                    help="TCP congestion control for this run (e.g. cubic, bbr); restored after. Empty: as set")
     args = ap.parse_args()
+    with congestion.use(args.congestion):
+        ab(args)
+
+
+def ab(args):
     load = args.load or args.b
     www = Path(tempfile.mkdtemp(prefix="ramjet-ab-"))
     for name, size in FILES.items():
@@ -101,7 +111,7 @@ def main():
                 binary = args.a if which == "a" else args.b
                 res[profile[0]][which].append(run(load, binary, www, profile, args.duration))
     lines = [f"A = `{args.a}`, B = `{args.b}`; {args.rounds} rounds of {args.duration} s, median;",
-             "one worker on CPU 0, `ramjet bench` on CPU 1.", "",
+             "one worker on CPU 0, `ramjet bench` on CPU 1; TCP congestion control `" + congestion.current() + "`.", "",
              "| profile | A req/s | B req/s | B/A | A req/server-CPU-s | B req/server-CPU-s | B/A | errors A/B | spread A / B |",
              "|---|---|---|---|---|---|---|---|---|"]
     for name, r in res.items():

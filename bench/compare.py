@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import congestion  # same directory: the kernel's TCP congestion control
 import procstat  # same directory: the peers' shared configuration pieces
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -485,7 +486,9 @@ def order(per_server):
 def report(results, servers, clients, args, out):
     lines = [f"# ramjet vs peers — {time.strftime('%Y-%m-%d %H:%M')}", ""]
     lines += [
-        "Machine: 2 vCPU VM (" + os.uname().release + "), loopback. Each server: one worker pinned to CPU 0;",
+        "Machine: 2 vCPU VM (" + os.uname().release + "), loopback, TCP congestion control `"
+        + congestion.current() + "`" + (" (set by --congestion for this run)" if args.congestion else "")
+        + ". Each server: one worker pinned to CPU 0;",
         "load: " + " and ".join(f"`{c} -t1`" if c == "wrk" else "`ramjet bench -t1`" for c in clients)
         + " pinned to CPU 1. Median of " + str(args.rounds) + " runs (server order rotated each round),",
         f"{args.duration} s each after a 1 s warm-up. Server CPU = utime+stime from /proc/PID/stat (and children) during the run;",
@@ -672,7 +675,14 @@ def main():
     ap.add_argument("--sweep-profile", default="4KB c50")
     ap.add_argument("--sweep-step-s", type=int, default=3)
     ap.add_argument("--ramjet", default=str(ROOT / "target/release/ramjet"))
+    ap.add_argument("--congestion", default="",
+                    help="TCP congestion control for this run (e.g. cubic, bbr); restored after. Empty: as set")
     args = ap.parse_args()
+    with congestion.use(args.congestion):
+        run(args)
+
+
+def run(args):
     servers = args.servers.split(",")
     clients = ["wrk", "ramjet"] if args.client == "both" else [args.client]
     out = Path(args.out)

@@ -20,6 +20,15 @@ use crate::response::{Body, BodySource, Part};
 /// (DESIGN.md §1: 256 KiB chunks roughly doubled throughput over unbounded calls here).
 const SENDFILE_CHUNK: u64 = 256 * 1024;
 
+/// Most bytes per sendfile call on a socket the kernel paces itself (BBR, see
+/// [`sys::paced`]): about one unit of the kernel's segmentation offload. A larger call hands
+/// TCP a burst whose later segments each wait for a pacing timer (an interrupt, and in a
+/// VM an exit); one unit per turn, with the worker's other connections served in between,
+/// spaces the sends so that few wait. Under BBR, 100 MB to 4 discarding clients went 4x
+/// faster than with 256 KiB calls; under cubic, 64 KiB calls cost 0.6-0.7x, hence two
+/// sizes (bench/results/2026-11-27-congestion/).
+const PACED_CHUNK: u64 = 64 * 1024;
+
 /// When a chunk is not in the page cache, the blocking pool reads this much ahead.
 const WARM_WINDOW: u64 = 8 * 1024 * 1024;
 /// How far ahead one page-cache probe looks before a file is sent from the event loop.
@@ -33,6 +42,19 @@ fn whole_segments(most: u64, mss: Option<usize>) -> u64 {
     match mss {
         Some(m) if m > 0 && m as u64 <= most => most / m as u64 * m as u64,
         _ => most,
+    }
+}
+
+/// Most bytes per sendfile call for a body of `len` bytes: whole segments of a pacing
+/// sink's offload unit, of [`SENDFILE_CHUNK`] for a long body, else the body at once.
+/// Asks the sink nothing about a body no chunk would cut.
+fn chunk_size<S: Sink>(len: u64, sink: &S) -> u64 {
+    if len > PACED_CHUNK && sink.paced() {
+        whole_segments(PACED_CHUNK, sink.max_segment())
+    } else if len > SENDFILE_CHUNK {
+        whole_segments(SENDFILE_CHUNK, sink.max_segment())
+    } else {
+        SENDFILE_CHUNK
     }
 }
 
@@ -406,6 +428,11 @@ pub(crate) trait Sink {
     fn max_segment(&self) -> Option<usize> {
         None
     }
+    /// Whether the kernel paces this sink's sends itself ([`sys::paced`]): long bodies then
+    /// go in calls of [`PACED_CHUNK`].
+    fn paced(&self) -> bool {
+        false
+    }
     /// Wait until the sink can take more, at most `timeout`.
     fn writable(&self, timeout: Duration) -> impl Future<Output = Result<(), WriteError>>;
     /// Whether bytes already taken are still held on this side (TLS records the socket
@@ -439,6 +466,10 @@ impl Sink for TcpStream {
         sys::max_segment(self).ok()
     }
 
+    fn paced(&self) -> bool {
+        sys::paced(self).unwrap_or(false)
+    }
+
     async fn writable(&self, timeout: Duration) -> Result<(), WriteError> {
         match tokio::time::timeout(timeout, TcpStream::writable(self)).await {
             Ok(Ok(())) => Ok(()),
@@ -467,11 +498,7 @@ async fn send_file<S: Sink>(
     // a second, 4 connections, discarding receiver; bench/results/2026-11-25-static-ab/):
     // the tail segments cost nothing next to what the cork held back.
     let mut sent = 0u64;
-    let chunk = if len > SENDFILE_CHUNK {
-        whole_segments(SENDFILE_CHUNK, sink.max_segment())
-    } else {
-        SENDFILE_CHUNK
-    };
+    let chunk = chunk_size(len, sink);
     // The window being read ahead, which starts at `resident_to`: bytes below it were found
     // in the page cache (or read in) a moment ago.
     let mut ahead: Option<Ahead> = None;

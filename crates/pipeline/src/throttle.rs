@@ -211,6 +211,10 @@ impl Sink for Throttled<'_> {
         self.stream.max_segment()
     }
 
+    fn paced(&self) -> bool {
+        self.stream.paced()
+    }
+
     async fn writable(&self, timeout: Duration) -> Result<(), WriteError> {
         let wait = self.throttle.borrow_mut().ready_in(Instant::now());
         if wait > Duration::ZERO {

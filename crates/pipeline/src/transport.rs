@@ -205,6 +205,14 @@ impl Sink for Transport {
         }
     }
 
+    fn paced(&self) -> bool {
+        match self {
+            Transport::Plain(s) => Sink::paced(s),
+            // TLS writes records of its own size from a buffer; no sendfile to size.
+            Transport::Tls(_) => false,
+        }
+    }
+
     async fn writable(&self, timeout: Duration) -> Result<(), WriteError> {
         Sink::writable(self.socket(), timeout).await
     }

@@ -495,6 +495,19 @@ fn a_long_body_goes_out_in_chunks_of_the_connections_segments() {
         let chunk = super::whole_segments(super::SENDFILE_CHUNK, Sink::max_segment(&s));
         assert!(chunk <= super::SENDFILE_CHUNK && chunk > super::SENDFILE_CHUNK - mss);
         assert_eq!(chunk % mss, 0, "chunk {chunk}, segments of {mss}");
+        assert_eq!(Sink::paced(&s), ramjet_runtime::sys::paced(&s).unwrap());
+        // Through the connection's transport: paced as its socket is.
+        let t = crate::transport::Transport::Plain(s);
+        ramjet_runtime::sys::set_congestion_control(t.socket(), "reno").unwrap();
+        assert!(!Sink::paced(&t));
+        if ramjet_runtime::sys::set_congestion_control(t.socket(), "bbr").is_ok() {
+            assert!(Sink::paced(&t));
+            let chunk = super::chunk_size(100 << 20, &t);
+            assert_eq!(
+                chunk,
+                super::whole_segments(super::PACED_CHUNK, Some(mss as usize))
+            );
+        }
         drop(c);
     });
 }
@@ -503,6 +516,19 @@ fn a_long_body_goes_out_in_chunks_of_the_connections_segments() {
 struct Chunked {
     out: RefCell<Vec<u8>>,
     calls: RefCell<Vec<usize>>,
+    mss: usize,
+    paced: bool,
+}
+
+impl Chunked {
+    fn new(mss: usize, paced: bool) -> Chunked {
+        Chunked {
+            out: RefCell::new(Vec::new()),
+            calls: RefCell::new(Vec::new()),
+            mss,
+            paced,
+        }
+    }
 }
 
 impl Sink for Chunked {
@@ -524,7 +550,11 @@ impl Sink for Chunked {
     }
 
     fn max_segment(&self) -> Option<usize> {
-        Some(100_000)
+        Some(self.mss)
+    }
+
+    fn paced(&self) -> bool {
+        self.paced
     }
 
     async fn writable(&self, _timeout: Duration) -> Result<(), WriteError> {
@@ -534,14 +564,51 @@ impl Sink for Chunked {
 
 #[test]
 fn a_body_longer_than_a_chunk_is_sent_in_the_sinks_chunks_and_a_shorter_one_whole() {
+    let chunk = super::SENDFILE_CHUNK;
+    chunked_sends(
+        100_000,
+        false,
+        &[
+            (chunk + 1, vec![200_000, 62_145]),
+            (chunk, vec![chunk as usize]),
+            (chunk - 1, vec![chunk as usize - 1]),
+            (1, vec![1]),
+        ],
+    );
+}
+
+#[test]
+fn a_paced_sink_is_given_one_offload_unit_of_whole_segments_per_call() {
+    let unit = super::PACED_CHUNK;
+    chunked_sends(
+        30_000,
+        true,
+        &[
+            // Just over a unit: cut at two whole segments.
+            (unit + 1, vec![60_000, 5_537]),
+            // A unit or less: at once, with no question asked of the socket.
+            (unit, vec![unit as usize]),
+            (unit - 1, vec![unit as usize - 1]),
+            // Longer than a 256 KiB chunk: units all the way.
+            (
+                super::SENDFILE_CHUNK + 1,
+                [60_000; 4].into_iter().chain([22_145]).collect(),
+            ),
+        ],
+    );
+    // Segments longer than a unit (loopback's are 65,483 bytes): the unit, uncut.
+    chunked_sends(100_000, true, &[(unit + 1, vec![unit as usize, 1])]);
+}
+
+/// Flush a head and a file body of each length through a [`Chunked`] sink; check the bytes
+/// and the sendfile calls.
+fn chunked_sends(mss: usize, paced: bool, cases: &[(u64, Vec<usize>)]) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    for (len, calls) in [
-        (super::SENDFILE_CHUNK + 1, vec![200_000, 62_145]),
-        (super::SENDFILE_CHUNK, vec![super::SENDFILE_CHUNK as usize]),
-    ] {
+    for (len, calls) in cases {
+        let len = *len;
         let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         let mut f = tempfile::tempfile().unwrap();
         f.write_all(&data).unwrap();
@@ -558,13 +625,10 @@ fn a_body_longer_than_a_chunk_is_sent_in_the_sinks_chunks_and_a_shorter_one_whol
             },
             false,
         );
-        let sink = Chunked {
-            out: RefCell::new(Vec::new()),
-            calls: RefCell::new(Vec::new()),
-        };
+        let sink = Chunked::new(mss, paced);
         rt.block_on(out.flush(&sink, Duration::from_secs(5), None))
             .unwrap();
         assert!(sink.out.into_inner()[1..] == data, "{len} bytes differ");
-        assert_eq!(sink.calls.into_inner(), calls, "{len}");
+        assert_eq!(&sink.calls.into_inner(), calls, "{len}");
     }
 }

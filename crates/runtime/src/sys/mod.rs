@@ -34,7 +34,8 @@ pub use receive::recv_discard;
 pub use residency::{blocking_warm, drop_from_page_cache, is_resident};
 pub use send::{sendfile, writev_more};
 pub use socket::{
-    bind_address_no_port, defer_accept, duplicate, max_segment, shutdown_write, unsent_bytes,
+    bind_address_no_port, defer_accept, duplicate, max_segment, paced, set_congestion_control,
+    shutdown_write, unsent_bytes,
 };
 pub use spawner::{pipe, Program, Spawner};
 pub use walk::openat2_available;

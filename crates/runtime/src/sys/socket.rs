@@ -92,7 +92,100 @@ pub fn max_segment(socket: &impl std::os::fd::AsFd) -> io::Result<usize> {
     }
 }
 
+/// Whether the kernel paces this TCP connection's sends itself: its congestion control
+/// (`TCP_CONGESTION`) is BBR, which asks for pacing. Without an `fq` qdisc on the way out,
+/// TCP then paces each socket with a timer: of a burst of segments handed over at once,
+/// each that comes early waits for a timer interrupt of its own. (The other algorithms
+/// the kernel ships, cubic and reno among them, ask for no pacing.)
+pub fn paced(socket: &impl std::os::fd::AsFd) -> io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // TCP_CA_NAME_MAX: the longest name the kernel writes.
+    let mut name = [0u8; 16];
+    let mut len = name.len() as libc::socklen_t;
+    // SAFETY: the descriptor is borrowed open for the call; `name` is a live 16-byte buffer
+    // and `len` says so, and the kernel writes at most `len` bytes of the name into it.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_fd().as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(paces(&name[..(len as usize).min(name.len())]))
+}
+
+/// Give one TCP connection a congestion control of its own (`TCP_CONGESTION`): an error
+/// where the kernel lacks the algorithm, or, without privilege, does not allow it.
+pub fn set_congestion_control(socket: &impl std::os::fd::AsFd, name: &str) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the descriptor is borrowed open for the call; the name is a live buffer of
+    // the length passed, which the kernel only reads.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_fd().as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            name.as_ptr().cast(),
+            name.len() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Whether a congestion control of this name asks the kernel to pace: BBR in each of its
+/// versions (`bbr`, `bbr2`, `bbr3`).
+fn paces(name: &[u8]) -> bool {
+    name.starts_with(b"bbr")
+}
+
 /// `shutdown(SHUT_WR)`: send the FIN now, keep reading.
 pub fn shutdown_write(socket: &impl std::os::fd::AsFd) -> io::Result<()> {
     rustix::net::shutdown(socket, rustix::net::Shutdown::Write).map_err(io::Error::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bbr_in_every_version_paces_and_no_other_algorithm_does() {
+        for name in [&b"bbr"[..], b"bbr2", b"bbr3\0\0\0"] {
+            assert!(paces(name), "{}", String::from_utf8_lossy(name));
+        }
+        for name in [
+            &b"cubic"[..],
+            b"reno",
+            b"dctcp",
+            b"bic",
+            b"",
+            b"bb",
+            b"xbbr",
+        ] {
+            assert!(!paces(name), "{}", String::from_utf8_lossy(name));
+        }
+    }
+
+    #[test]
+    fn a_socket_is_paced_when_its_congestion_control_is_bbr() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        set_congestion_control(&c, "reno").expect("reno is built into every kernel");
+        assert!(!paced(&c).unwrap());
+        // bbr is a module that may be absent (or not allowed); where it is there, it paces.
+        if set_congestion_control(&c, "bbr").is_ok() {
+            assert!(paced(&c).unwrap());
+        }
+        // Not a TCP socket: an error, not a guess.
+        let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert!(paced(&u).is_err());
+    }
 }
