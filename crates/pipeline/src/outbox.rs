@@ -25,7 +25,7 @@ const SENDFILE_CHUNK: u64 = 256 * 1024;
 /// TCP a burst whose later segments each wait for a pacing timer (an interrupt, and in a
 /// VM an exit); one unit per turn, with the worker's other connections served in between,
 /// spaces the sends so that few wait. Under BBR, 100 MB to 4 discarding clients went 4x
-/// faster than with 256 KiB calls; under cubic, 64 KiB calls cost 0.6-0.7x, hence two
+/// faster than with 256 KiB calls; under cubic, 64 KiB calls cost 0.55-0.85x, hence two
 /// sizes (bench/results/2026-11-27-congestion/).
 const PACED_CHUNK: u64 = 64 * 1024;
 
