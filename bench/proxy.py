@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import congestion  # noqa: E402  (same directory: the kernel's TCP congestion control)
 import compare  # noqa: E402  (same directory: its wrk parsing, CPU accounting and files)
 import procstat  # noqa: E402
 
@@ -240,7 +241,14 @@ def main():
     ap.add_argument("--ramjet", default=str(ROOT / "target/release/ramjet"))
     ap.add_argument("--backend", default="ramjet", choices=["ramjet", "minhttpd", "minhttpd-close", "gunicorn"])
     ap.add_argument("--profiles", default="all", help="comma list of profile names, or all")
+    ap.add_argument("--congestion", default="",
+                    help="TCP congestion control for this run (e.g. cubic, bbr); restored after. Empty: as set")
     args = ap.parse_args()
+    with congestion.use(args.congestion):
+        run_all(args)
+
+
+def run_all(args):
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     make_files()
@@ -296,7 +304,8 @@ def main():
 
 def report(results, names, args, out):
     lines = ["# Reverse proxy comparison", "",
-             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; `{' '.join(sys.argv)}`; proxy on CPU 0 "
+             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; `{' '.join(sys.argv)}`; "
+             f"TCP congestion control `{congestion.current()}`; proxy on CPU 0 "
              f"(one worker/thread), backend ({BACKEND_LABEL[args.backend]}) and "
              "`wrk -t1` on CPU 1; median of the rounds by req/s; CPU from /proc/PID/stat of the proxy.", "",
              "| profile | proxy | req/s | p99 ms | proxy CPU µs/req | req per proxy-CPU-s | vs nginx (req/CPU-s) | non-2xx + errors |",
