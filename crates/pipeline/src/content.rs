@@ -1,5 +1,6 @@
 //! The content stage's contract: exactly one producer answers a request.
 
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -34,6 +35,12 @@ pub struct Request<'r> {
     /// The request body, for a producer that reads it; what it leaves unread the pipeline
     /// drains. A producer that takes no body answers methods that carry one itself (405).
     pub body: &'r RequestBody<'r>,
+    /// Where a chain of producers starts. 0, except when the request is produced a second
+    /// time because its fast path returned work to wait for: a chain records there which of
+    /// its producers returned it (the stage carries it over), so the ones before it, which
+    /// declined, are not asked again. A proxied request behind `["static", "proxy"]` spent
+    /// about 420 instructions on a second static miss.
+    pub resume: Cell<u8>,
 }
 
 /// What a producer did with a request.

@@ -158,7 +158,7 @@ pub(crate) fn respond<'r, C: Content>(
                         return (unauthorized(auth, pages), Ok(body.finish()), extra);
                     }
                     job.remember();
-                    let outcome = work.produce_waiting(content, &body).await;
+                    let outcome = work.produce_waiting(content, &body, 0).await;
                     (work.finish(outcome), Ok(body.finish()), extra)
                 }));
             }
@@ -167,11 +167,13 @@ pub(crate) fn respond<'r, C: Content>(
     // Method policy is the producer's.
     // content: the fast path answers from the producer's cache; if it cannot, the work is
     // redone inside one boxed future that owns the normalised path and the body reader.
-    let immediate = content.produce(&work.request(&body)).ok();
+    let req = work.request(&body, 0);
+    let immediate = content.produce(&req).ok();
+    let resume = req.resume.get();
     match immediate {
         Some(outcome) => Ok((work.finish(outcome), Ok(body.finish()), extra)),
         None => Err(Box::pin(async move {
-            let outcome = work.produce_waiting(content, &body).await;
+            let outcome = work.produce_waiting(content, &body, resume).await;
             (work.finish(outcome), Ok(body.finish()), extra)
         })),
     }
@@ -188,7 +190,8 @@ struct Work<'r> {
 }
 
 impl<'r> Work<'r> {
-    fn request<'a>(&'a self, body: &'a RequestBody<'a>) -> Request<'a> {
+    /// The request for the content stage, its chain starting at producer `resume`.
+    fn request<'a>(&'a self, body: &'a RequestBody<'a>, resume: u8) -> Request<'a> {
         request(
             self.head,
             &self.clean,
@@ -197,12 +200,19 @@ impl<'r> Work<'r> {
             self.now,
             self.addrs,
             body,
+            resume,
         )
     }
 
     /// The content stage when the producer may wait (disk, a backend, the request body).
-    async fn produce_waiting<C: Content>(&self, content: &C, body: &RequestBody<'_>) -> Outcome {
-        let req = self.request(body);
+    /// `resume`: where the fast path's chain returned its work (see [`Request::resume`]).
+    async fn produce_waiting<C: Content>(
+        &self,
+        content: &C,
+        body: &RequestBody<'_>,
+        resume: u8,
+    ) -> Outcome {
+        let req = self.request(body, resume);
         // Bound, not the block's tail: the producer's future must end before `req`.
         let outcome = match content.produce(&req) {
             Ok(o) => o,
@@ -242,6 +252,7 @@ fn request<'a>(
     now: tokio::time::Instant,
     addrs: Addrs,
     body: &'a RequestBody<'a>,
+    resume: u8,
 ) -> Request<'a> {
     Request {
         head,
@@ -255,6 +266,7 @@ fn request<'a>(
         listener: addrs.listener,
         secure: addrs.secure,
         body,
+        resume: std::cell::Cell::new(resume),
     }
 }
 
