@@ -192,16 +192,20 @@ struct Work<'r> {
 impl<'r> Work<'r> {
     /// The request for the content stage, its chain starting at producer `resume`.
     fn request<'a>(&'a self, body: &'a RequestBody<'a>, resume: u8) -> Request<'a> {
-        request(
-            self.head,
-            &self.clean,
-            self.location,
-            self.config,
-            self.now,
-            self.addrs,
+        Request {
+            head: self.head,
+            path: &self.clean.path,
+            raw_path: self.clean.raw_path,
+            query: self.clean.query,
+            location: self.location,
+            config: self.config,
+            now: self.now,
+            client: self.addrs.client,
+            listener: self.addrs.listener,
+            secure: self.addrs.secure,
             body,
-            resume,
-        )
+            resume: std::cell::Cell::new(resume),
+        }
     }
 
     /// The content stage when the producer may wait (disk, a backend, the request body).
@@ -241,33 +245,6 @@ fn unauthorized(auth: &BasicAuth, pages: Option<&ErrorPages>) -> Response {
     r.headers.extend_from_slice(&auth.challenge);
     customise(&mut r, pages);
     r
-}
-
-/// The content stage's view of a routed request.
-fn request<'a>(
-    head: &'a RequestHead<'a>,
-    clean: &'a CleanPath<'a>,
-    location: &'a Location,
-    config: &'a Resolved,
-    now: tokio::time::Instant,
-    addrs: Addrs,
-    body: &'a RequestBody<'a>,
-    resume: u8,
-) -> Request<'a> {
-    Request {
-        head,
-        path: &clean.path,
-        raw_path: clean.raw_path,
-        query: clean.query,
-        location,
-        config,
-        now,
-        client: addrs.client,
-        listener: addrs.listener,
-        secure: addrs.secure,
-        body,
-        resume: std::cell::Cell::new(resume),
-    }
 }
 
 /// Who sent a request, and where it came in.
