@@ -1,6 +1,6 @@
 //! The `Date` header value, formatted at most once a second per worker.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 /// Length of an IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT").
 const IMF_FIXDATE_LEN: usize = 29;
@@ -27,13 +27,13 @@ impl DateCache {
         (&self.value, self.secs)
     }
 
-    /// The current second's date and unix seconds.
+    /// The current second's date and unix seconds (the coarse wall clock,
+    /// `sys::unix_seconds`: one vDSO read per response).
     pub(crate) fn now(&mut self) -> (&[u8], u64) {
-        let now = SystemTime::now();
-        let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let secs = ramjet_runtime::sys::unix_seconds();
         if secs != self.secs {
             self.secs = secs;
-            let text = httpdate::fmt_http_date(now);
+            let text = httpdate::fmt_http_date(UNIX_EPOCH + Duration::from_secs(secs));
             if text.len() == IMF_FIXDATE_LEN {
                 self.value.copy_from_slice(text.as_bytes());
             }

@@ -5,6 +5,7 @@
 //! allowed only in this module, and every use carries a `// SAFETY:` line.
 
 mod activation;
+mod clock;
 mod file;
 mod inotify;
 mod mapping;
@@ -20,6 +21,7 @@ pub mod upgrade;
 mod walk;
 
 pub use activation::take_activated_listeners;
+pub use clock::unix_seconds;
 pub use file::{
     append_cached, blocking_read_dir, is_symlink_loop, needs_blocking_open, open_beneath,
     open_beneath_cached, open_cached, open_owner_matched, read_at, read_at_cached, read_cached,
