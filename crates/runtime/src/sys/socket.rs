@@ -96,7 +96,8 @@ pub fn max_segment(socket: &impl std::os::fd::AsFd) -> io::Result<usize> {
 /// (`TCP_CONGESTION`) is BBR, which asks for pacing. Without an `fq` qdisc on the way out,
 /// TCP then paces each socket with a timer: of a burst of segments handed over at once,
 /// each that comes early waits for a timer interrupt of its own. (The other algorithms
-/// the kernel ships, cubic and reno among them, ask for no pacing.)
+/// the kernel ships, cubic and reno among them, ask for no pacing.) The name is read onto
+/// the stack: rustix's `tcp_congestion` would allocate a `String` for each long body.
 pub fn paced(socket: &impl std::os::fd::AsFd) -> io::Result<bool> {
     use std::os::fd::AsRawFd;
     // TCP_CA_NAME_MAX: the longest name the kernel writes.
@@ -122,23 +123,7 @@ pub fn paced(socket: &impl std::os::fd::AsFd) -> io::Result<bool> {
 /// Give one TCP connection a congestion control of its own (`TCP_CONGESTION`): an error
 /// where the kernel lacks the algorithm, or, without privilege, does not allow it.
 pub fn set_congestion_control(socket: &impl std::os::fd::AsFd, name: &str) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: the descriptor is borrowed open for the call; the name is a live buffer of
-    // the length passed, which the kernel only reads.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_fd().as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            name.as_ptr().cast(),
-            name.len() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    rustix::net::sockopt::set_tcp_congestion(socket, name).map_err(io::Error::from)
 }
 
 /// Whether a congestion control of this name asks the kernel to pace: BBR in each of its
