@@ -69,12 +69,7 @@ impl Content for Cgi {
             return Ok(Outcome::Declined);
         };
         let file = opts.root.join(program);
-        Err(Box::pin(run(
-            req,
-            file,
-            program.to_string(),
-            path_info.to_string(),
-        )))
+        Err(req.later(|| run(req, file, program.to_string(), path_info.to_string())))
     }
 }
 

@@ -93,7 +93,7 @@ impl Content for Modules {
         let worker = self.worker(module);
         // The worker's part is held by the future, so a reload that drops it here cannot
         // pull it from under a request in progress.
-        Err(Box::pin(async move {
+        Err(req.later(|| async move {
             let mreq = ModuleRequest::new(req);
             let reply = match worker.handle(&mreq) {
                 Ok(reply) => reply,

@@ -41,6 +41,28 @@ pub struct Request<'r> {
     /// declined, are not asked again. A proxied request behind `["static", "proxy"]` spent
     /// about 420 instructions on a second static miss.
     pub resume: Cell<u8>,
+    /// The stage's first, synchronous try: work returned from it is dropped unpolled and
+    /// the request produced again to wait for it, so [`Request::later`] builds none.
+    pub(crate) first_try: bool,
+}
+
+impl<'r> Request<'r> {
+    /// Work a producer returns to be waited for: `work()`, boxed. On the stage's first try,
+    /// whose work is dropped unpolled (the request is produced again, from the producer
+    /// that returned it, inside the future the connection awaits), `work` is not called and
+    /// nothing is allocated: a proxied request built, moved into a box and freed a future
+    /// of several hundred bytes it never ran.
+    pub fn later<F>(&self, work: impl FnOnce() -> F) -> Later<'r>
+    where
+        F: Future<Output = Outcome> + 'r,
+    {
+        if self.first_try {
+            // A zero-sized future: boxing it allocates nothing.
+            Box::pin(std::future::pending())
+        } else {
+            Box::pin(work())
+        }
+    }
 }
 
 /// What a producer did with a request.

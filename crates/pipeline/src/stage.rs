@@ -167,7 +167,7 @@ pub(crate) fn respond<'r, C: Content>(
     // Method policy is the producer's.
     // content: the fast path answers from the producer's cache; if it cannot, the work is
     // redone inside one boxed future that owns the normalised path and the body reader.
-    let req = work.request(&body, 0);
+    let req = work.request(&body, 0, true);
     let immediate = content.produce(&req).ok();
     let resume = req.resume.get();
     match immediate {
@@ -191,7 +191,13 @@ struct Work<'r> {
 
 impl<'r> Work<'r> {
     /// The request for the content stage, its chain starting at producer `resume`.
-    fn request<'a>(&'a self, body: &'a RequestBody<'a>, resume: u8) -> Request<'a> {
+    /// `first_try`: the fast path's, whose work is dropped (see [`Request::later`]).
+    fn request<'a>(
+        &'a self,
+        body: &'a RequestBody<'a>,
+        resume: u8,
+        first_try: bool,
+    ) -> Request<'a> {
         Request {
             head: self.head,
             path: &self.clean.path,
@@ -205,6 +211,7 @@ impl<'r> Work<'r> {
             secure: self.addrs.secure,
             body,
             resume: std::cell::Cell::new(resume),
+            first_try,
         }
     }
 
@@ -216,7 +223,7 @@ impl<'r> Work<'r> {
         body: &RequestBody<'_>,
         resume: u8,
     ) -> Outcome {
-        let req = self.request(body, resume);
+        let req = self.request(body, resume, false);
         // Bound, not the block's tail: the producer's future must end before `req`.
         let outcome = match content.produce(&req) {
             Ok(o) => o,
@@ -270,5 +277,63 @@ fn finish(outcome: Outcome, head: &RequestHead<'_>) -> Response {
             }
             r
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::content::Later;
+    use crate::response::Body;
+    use std::cell::Cell;
+
+    /// A producer that always has to wait, counting the work futures it builds.
+    struct Waits {
+        built: Cell<u32>,
+    }
+
+    impl Content for Waits {
+        fn produce<'r>(&'r self, req: &'r Request<'r>) -> Result<Outcome, Later<'r>> {
+            Err(req.later(|| {
+                self.built.set(self.built.get() + 1);
+                async { Outcome::Respond(Response::new(200, Body::Empty)) }
+            }))
+        }
+    }
+
+    #[tokio::test]
+    async fn work_returned_to_the_fast_path_is_built_once_and_answers() {
+        let config = ramjet_config::load_str(
+            "listen = [\"127.0.0.1:0\"]\n[[location]]\nroot = \"/tmp\"\n",
+            "t.toml",
+            std::path::Path::new("/"),
+        )
+        .expect("config");
+        let raw = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n";
+        let ramjet_http1::Parse::Complete(head) =
+            ramjet_http1::parse_request_head(raw, &config.limits.http1)
+        else {
+            panic!("test request does not parse")
+        };
+        let content = Waits {
+            built: Cell::new(0),
+        };
+        let addr: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let Err(pending) = respond(
+            &content,
+            &config,
+            &head,
+            tokio::time::Instant::now(),
+            (addr, addr, false),
+            RequestBody::http2(None),
+        ) else {
+            panic!("a producer that waits was answered at once")
+        };
+        // The fast path's try built nothing; the awaited one built the work once.
+        assert_eq!(content.built.get(), 0);
+        let (response, _, location) = pending.await;
+        assert_eq!(response.status, 200);
+        assert!(location.is_some());
+        assert_eq!(content.built.get(), 1);
     }
 }

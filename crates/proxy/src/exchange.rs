@@ -224,7 +224,7 @@ pub(crate) async fn forward(
         };
         let reused = pooled.is_some();
         let attempt = async {
-            let io = match pooled {
+            let mut io = match pooled {
                 Some(io) => io,
                 None => Io::connect(addr, u.connect_timeout).await.map_err(|e| {
                     let kind = if e.kind() == std::io::ErrorKind::TimedOut {
@@ -250,7 +250,7 @@ pub(crate) async fn forward(
             let read = &mut buffers.read;
             read.clear();
             let (parsed, at, interim) = read_head(
-                &io,
+                &mut io,
                 u,
                 read,
                 sent + u.header_timeout,
@@ -465,7 +465,7 @@ async fn write_piece(
 /// collecting other 1xx heads. Returns the head, where the bytes after it start in `buf`,
 /// and the interim heads.
 async fn read_head(
-    io: &Io,
+    io: &mut Io,
     u: &Upstream,
     buf: &mut Vec<u8>,
     deadline: Instant,
@@ -510,17 +510,17 @@ async fn read_head(
             }
             Parsed::Partial => {}
         }
-        match tokio::time::timeout_at(deadline, io.readable()).await {
-            Err(_) => {
+        match io.readable_by(deadline).await {
+            None => {
                 return Err(AttemptError::Final(
                     FailKind::Timeout,
                     format!("no response head within {:?}", u.header_timeout),
                 ))
             }
-            Ok(Err(e)) => {
+            Some(Err(e)) => {
                 return Err(closed_early(reused, received_any, format!("read: {e}")));
             }
-            Ok(Ok(())) => {}
+            Some(Ok(())) => {}
         }
         if buf.capacity() - buf.len() < 1024 {
             buf.reserve(buf.len().max(HEAD_READ));

@@ -202,10 +202,10 @@ impl Content for Proxy {
                     rule,
                     store,
                 };
-                return Err(Box::pin(crate::cached::serve(c, req)));
+                return Err(req.later(|| crate::cached::serve(c, req)));
             }
         }
-        Err(Box::pin(async move {
+        Err(req.later(|| async move {
             let asking = crate::exchange::Asking::of(req);
             crate::exchange::forward(&self.shared, state, &asking, opts, false).await
         }))

@@ -8,15 +8,26 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ramjet_config::UpstreamAddr;
+use ramjet_runtime::LazyTimer;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
+use tokio::time::Instant;
 
 /// Most pieces one `write_all` takes (head, chunk line, data, CRLF).
 pub(crate) const MAX_PARTS: usize = 4;
 
-pub enum Io {
+enum Sock {
     Tcp(TcpStream),
     Unix(UnixStream),
+}
+
+pub struct Io {
+    sock: Sock,
+    /// The waits for a response head end by this timer, kept with the connection: a
+    /// pooled connection enters tokio's timer wheel about once per `header_timeout`, not
+    /// once per exchange (a `Sleep` per exchange cost about 560 of a proxied request's
+    /// 18,000 instructions).
+    head_timer: LazyTimer,
 }
 
 impl Io {
@@ -28,13 +39,16 @@ impl Io {
                     let s = TcpStream::connect(a).await?;
                     // Heads and small bodies go out at once, not after the peer's delayed ACK.
                     s.set_nodelay(true)?;
-                    Ok(Io::Tcp(s))
+                    Ok(Sock::Tcp(s))
                 }
-                UpstreamAddr::Unix(p) => Ok(Io::Unix(UnixStream::connect(p).await?)),
+                UpstreamAddr::Unix(p) => Ok(Sock::Unix(UnixStream::connect(p).await?)),
             }
         };
         match tokio::time::timeout(timeout, connect).await {
-            Ok(r) => r,
+            Ok(r) => r.map(|sock| Io {
+                sock,
+                head_timer: LazyTimer::default(),
+            }),
             Err(_) => Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!("no connection within {timeout:?}"),
@@ -43,37 +57,53 @@ impl Io {
     }
 
     pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self {
-            Io::Tcp(s) => s.poll_read_ready(cx),
-            Io::Unix(s) => s.poll_read_ready(cx),
+        match &self.sock {
+            Sock::Tcp(s) => s.poll_read_ready(cx),
+            Sock::Unix(s) => s.poll_read_ready(cx),
         }
     }
 
     pub(crate) async fn readable(&self) -> io::Result<()> {
-        match self {
-            Io::Tcp(s) => s.readable().await,
-            Io::Unix(s) => s.readable().await,
+        match &self.sock {
+            Sock::Tcp(s) => s.readable().await,
+            Sock::Unix(s) => s.readable().await,
+        }
+    }
+
+    /// Wait until the connection is readable, by `deadline` (`None`: it passed first).
+    pub(crate) async fn readable_by(&mut self, deadline: Instant) -> Option<io::Result<()>> {
+        let sock = &self.sock;
+        let readable = async {
+            match sock {
+                Sock::Tcp(s) => s.readable().await,
+                Sock::Unix(s) => s.readable().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            r = readable => Some(r),
+            _ = self.head_timer.until(deadline) => None,
         }
     }
 
     pub(crate) fn try_read_buf<B: bytes::BufMut>(&self, buf: &mut B) -> io::Result<usize> {
-        match self {
-            Io::Tcp(s) => s.try_read_buf(buf),
-            Io::Unix(s) => s.try_read_buf(buf),
+        match &self.sock {
+            Sock::Tcp(s) => s.try_read_buf(buf),
+            Sock::Unix(s) => s.try_read_buf(buf),
         }
     }
 
     async fn writable(&self) -> io::Result<()> {
-        match self {
-            Io::Tcp(s) => s.writable().await,
-            Io::Unix(s) => s.writable().await,
+        match &self.sock {
+            Sock::Tcp(s) => s.writable().await,
+            Sock::Unix(s) => s.writable().await,
         }
     }
 
     fn try_write_vectored(&self, b: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        match self {
-            Io::Tcp(s) => s.try_write_vectored(b),
-            Io::Unix(s) => s.try_write_vectored(b),
+        match &self.sock {
+            Sock::Tcp(s) => s.try_write_vectored(b),
+            Sock::Unix(s) => s.try_write_vectored(b),
         }
     }
 
@@ -126,9 +156,9 @@ impl Io {
     /// connection reports readiness only when the upstream sends something (or closes).
     pub(crate) fn clear_read_ready(&self) {
         let would_block = || Err::<(), _>(io::ErrorKind::WouldBlock.into());
-        let _ = match self {
-            Io::Tcp(s) => s.try_io(tokio::io::Interest::READABLE, would_block),
-            Io::Unix(s) => s.try_io(tokio::io::Interest::READABLE, would_block),
+        let _ = match &self.sock {
+            Sock::Tcp(s) => s.try_io(tokio::io::Interest::READABLE, would_block),
+            Sock::Unix(s) => s.try_io(tokio::io::Interest::READABLE, would_block),
         };
     }
 
@@ -144,9 +174,9 @@ impl Io {
             Poll::Ready(Ok(())) => {}
         }
         let mut probe = [0u8; 1];
-        let r = match self {
-            Io::Tcp(s) => s.try_read(&mut probe),
-            Io::Unix(s) => s.try_read(&mut probe),
+        let r = match &self.sock {
+            Sock::Tcp(s) => s.try_read(&mut probe),
+            Sock::Unix(s) => s.try_read(&mut probe),
         };
         matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
@@ -158,9 +188,9 @@ impl AsyncRead for Io {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            Io::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        match &mut self.get_mut().sock {
+            Sock::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Sock::Unix(s) => Pin::new(s).poll_read(cx, buf),
         }
     }
 }
@@ -171,23 +201,23 @@ impl AsyncWrite for Io {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Io::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            Io::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        match &mut self.get_mut().sock {
+            Sock::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Sock::Unix(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Tcp(s) => Pin::new(s).poll_flush(cx),
-            Io::Unix(s) => Pin::new(s).poll_flush(cx),
+        match &mut self.get_mut().sock {
+            Sock::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Sock::Unix(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Io::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            Io::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        match &mut self.get_mut().sock {
+            Sock::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Sock::Unix(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }

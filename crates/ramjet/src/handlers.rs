@@ -111,7 +111,7 @@ impl Content for Handlers {
             Ok(outcome) => Ok(outcome),
             // The last handler's work needs no wrapping: nothing follows it.
             Err((later, i)) if i + 1 == chain.len() => Err(later),
-            Err((later, i)) => Err(Box::pin(self.rest(req, later, i + 1))),
+            Err((later, i)) => Err(req.later(|| self.rest(req, later, i + 1))),
         }
     }
 

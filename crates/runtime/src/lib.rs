@@ -8,10 +8,12 @@
 
 pub mod child;
 pub mod group_commit;
+mod lazy_timer;
 mod listen;
 pub mod signals;
 pub mod sys;
 mod worker;
 
+pub use lazy_timer::LazyTimer;
 pub use listen::{adopt, bind, claim_all, Listeners};
 pub use worker::{start, Handed, Injector, Server, Worker};

@@ -471,7 +471,7 @@ impl Content for StaticFiles {
                 ramjet_observe::stats::local().cache_hits.add(1);
                 Ok(outcome)
             }
-            Err(_) => Err(Box::pin(self.serve_slow(req, s))),
+            Err(_) => Err(req.later(|| self.serve_slow(req, s))),
         }
     }
 

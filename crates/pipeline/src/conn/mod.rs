@@ -19,6 +19,7 @@ use ramjet_http1::{
 };
 use ramjet_observe::stats::{Download, Entered, Waiting, DOWNLOAD_BYTES};
 use ramjet_observe::Entry;
+use ramjet_runtime::LazyTimer;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -109,8 +110,8 @@ struct Conn {
     /// The HTTP/2 connection preface may still come: no request yet, on a listener that
     /// serves HTTP/2.
     h2c: bool,
-    /// The waits for input end by this one timer ([`timer::LazyTimer`]).
-    timer: timer::LazyTimer,
+    /// The waits for input end by this one timer ([`LazyTimer`]).
+    timer: LazyTimer,
 }
 
 /// Where a connection stands (DESIGN.md §4.2: an enum, not flags). `Conn::serve` has one
@@ -199,7 +200,7 @@ pub(crate) async fn run<C: Content>(w: &HttpWorker<C>, start: Start) -> Option<R
         refuse,
         throttle: None,
         h2c: false,
-        timer: timer::LazyTimer::default(),
+        timer: LazyTimer::default(),
     };
     if resumed {
         // Bytes another process read before handing the connection over (an upgrade):
@@ -294,7 +295,6 @@ pub(crate) use encode::{framing, location_headers, too_many, Framing};
 mod handoff;
 mod reading;
 mod requests;
-mod timer;
 mod tls;
 mod writing;
 

@@ -237,6 +237,46 @@ fn down_backends_are_502_and_slow_ones_504_each_logged() {
     s.assert_clean_log(&["upstream app", "out of service"]);
 }
 
+/// A pooled connection keeps one timer for its response heads, armed by the exchange before:
+/// the timeout still counts from each request, neither ending a later wait at the earlier
+/// exchange's deadline nor letting it run on past its own.
+#[test]
+fn the_header_timeout_counts_from_each_request_on_a_pooled_connection() {
+    let b = Backend::start(|ex| {
+        if ex.target() == "/slow" {
+            std::thread::sleep(Duration::from_secs(5));
+            return Flow::Close;
+        }
+        ex.ok(b"quick");
+        Flow::Keep
+    });
+    let s = proxy_to(&[b.addr.to_string()], "header_timeout = \"1s\"", "", &[]);
+    let mut c = s.client();
+    c.send(b"GET /quick HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert_eq!(c.response(false).text(), "quick");
+    // Not a wait for anything: the gap puts the first exchange's deadline inside the
+    // second one's wait.
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    c.send(b"GET /slow HTTP/1.1\r\nHost: h\r\n\r\n");
+    let r = c.response(false);
+    let waited = t.elapsed();
+    assert_eq!(r.status, 504);
+    assert_eq!(
+        b.connections(),
+        1,
+        "the second request did not reuse the connection"
+    );
+    assert!(
+        waited >= Duration::from_secs(1),
+        "504 after {waited:?}: before the second request's own timeout"
+    );
+    assert!(
+        waited < Duration::from_secs(4),
+        "504 after {waited:?}: after the header timeout, from the backend"
+    );
+}
+
 #[test]
 fn invalid_upstream_responses_never_reach_the_client() {
     let cases: [(&str, &[u8]); 7] = [

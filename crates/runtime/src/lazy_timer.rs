@@ -1,20 +1,21 @@
-//! A connection's one timer for its waits for input, armed lazily: a wait that ends later
-//! than the timer stands leaves it alone, and the timer, firing early, is armed again for
-//! the wait in progress. A busy keep-alive connection so enters tokio's timer wheel about
-//! once per wait that outlasts the last deadline, not once per request (a new `Sleep` per
-//! wait was registered, woken and unregistered every time: about 600 instructions of a
-//! 7,300-instruction request).
+//! A connection's one timer for its waits, armed lazily: a wait that ends later than the
+//! timer stands leaves it alone, and the timer, firing early, is armed again for the wait
+//! in progress. A busy keep-alive connection so enters tokio's timer wheel about once per
+//! wait that outlasts the last deadline, not once per request (a new `Sleep` per wait was
+//! registered, woken and unregistered every time: about 600 instructions of a
+//! 7,300-instruction request). Client connections wait for input by one; an upstream
+//! connection waits for each response head by its own.
 
 use std::pin::Pin;
 
 use tokio::time::{Instant, Sleep};
 
 #[derive(Default)]
-pub(super) struct LazyTimer(Option<Pin<Box<Sleep>>>);
+pub struct LazyTimer(Option<Pin<Box<Sleep>>>);
 
 impl LazyTimer {
     /// Wait until `at`.
-    pub(super) async fn until(&mut self, at: Instant) {
+    pub async fn until(&mut self, at: Instant) {
         let t = self
             .0
             .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
