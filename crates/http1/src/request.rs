@@ -81,15 +81,16 @@ impl RequestHead<'_> {
     /// validated by the parser; this walks it again, so it is for what the parser does not
     /// pick out (a handler's own fields), not for the hot path.
     pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.raw
-            .split(|&b| b == b'\n')
-            .skip_while(|l| l.is_empty() || *l == b"\r")
-            .skip(1)
-            .filter_map(|line| {
-                let line = line.strip_suffix(b"\r").unwrap_or(line);
-                let colon = line.iter().position(|&b| b == b':')?;
-                Some((&line[..colon], line[colon + 1..].trim_ascii()))
-            })
+        // Past the empty lines before the request line, and the request line.
+        let mut rest = self.raw;
+        while !rest.is_empty() {
+            let (line, after) = split_line(rest);
+            rest = after;
+            if !(line.is_empty() || line == b"\r") {
+                break;
+            }
+        }
+        Fields { rest }
     }
 
     /// The first field named `name` (case-insensitive).
@@ -392,6 +393,37 @@ fn version_verdict(buf: &[u8]) -> ErrorKind {
             ErrorKind::VersionNotSupported
         }
         _ => ErrorKind::BadRequest,
+    }
+}
+
+/// The field lines after a request line, walked with `memchr` (a proxied request walks its
+/// head twice; splitting it byte by byte cost about 700 of its 17,500 instructions).
+struct Fields<'b> {
+    rest: &'b [u8],
+}
+
+impl<'b> Iterator for Fields<'b> {
+    type Item = (&'b [u8], &'b [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while !self.rest.is_empty() {
+            let (line, after) = split_line(self.rest);
+            self.rest = after;
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            // A line without a colon (the empty line that ends the head) is not a field.
+            if let Some(colon) = memchr::memchr(b':', line) {
+                return Some((&line[..colon], line[colon + 1..].trim_ascii()));
+            }
+        }
+        None
+    }
+}
+
+/// The first line of `buf` without its LF, and what follows it.
+fn split_line(buf: &[u8]) -> (&[u8], &[u8]) {
+    match memchr::memchr(b'\n', buf) {
+        Some(i) => (&buf[..i], &buf[i + 1..]),
+        None => (buf, &[]),
     }
 }
 

@@ -240,7 +240,44 @@ fn conditional_fields_are_kept() {
     assert!(h.expect_continue);
 }
 
+/// The walk `fields` replaced: the head split into lines byte by byte.
+fn fields_by_split(raw: &[u8]) -> Vec<(&[u8], &[u8])> {
+    raw.split(|&b| b == b'\n')
+        .skip_while(|l| l.is_empty() || *l == b"\r")
+        .skip(1)
+        .filter_map(|line| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let colon = line.iter().position(|&b| b == b':')?;
+            Some((&line[..colon], line[colon + 1..].trim_ascii()))
+        })
+        .collect()
+}
+
+#[test]
+fn fields_are_the_lines_after_the_request_line() {
+    let h = complete(b"\r\nGET / HTTP/1.1\r\nHost: x\r\nA:  b c \r\nEmpty:\r\n\r\n");
+    let fields: Vec<_> = h.fields().collect();
+    assert_eq!(
+        fields,
+        [(&b"Host"[..], &b"x"[..]), (b"A", b"b c"), (b"Empty", b"")]
+    );
+    assert_eq!(h.field(b"a"), Some(&b"b c"[..]));
+    assert_eq!(h.field(b"missing"), None);
+}
+
 proptest::proptest! {
+    #[test]
+    fn fields_walk_the_lines_as_splitting_them_did(
+        bytes in proptest::collection::vec(
+            proptest::sample::select(vec![b'\n', b'\r', b':', b' ', b'\t', b'a', b'B']),
+            0..128,
+        )
+    ) {
+        let mut h = complete(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        h.raw = &bytes;
+        proptest::prop_assert_eq!(h.fields().collect::<Vec<_>>(), fields_by_split(&bytes));
+    }
+
     #[test]
     fn never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
         let _ = parse(&bytes);
