@@ -69,6 +69,24 @@ types = { log = "text/plain" }
     assert_eq!(default.prefix, "/");
 }
 
+/// With one virtual host, every Host (none, unknown, any case, with a port) reaches it:
+/// the name is not looked at.
+#[test]
+fn one_vhost_answers_every_host() {
+    let r = load("[[vhost]]\nnames = [\"only.example\"]\nroot = \"www\"\n").unwrap();
+    assert_eq!(r.vhosts.len(), 1);
+    for host in [
+        None,
+        Some(&b"only.example"[..]),
+        Some(b"ONLY.example:80"),
+        Some(b"other"),
+    ] {
+        assert_eq!(r.route(host, b"/x").unwrap().prefix, "/", "{host:?}");
+    }
+    let r = load("[[location]]\nroot = \"www\"\n").unwrap();
+    assert!(r.route(None, b"/x").is_some());
+}
+
 #[test]
 fn errors_name_file_line_and_key() {
     let e = load("[[location]]\nroot = \"www\"\nautoindx = true\n").unwrap_err();
