@@ -205,8 +205,7 @@ pub fn parse(buf: &[u8], to_head: bool, upgrade: bool) -> Parsed {
             let name = f.name.as_bytes();
             let pass_upgrade = status == 101 && name.eq_ignore_ascii_case(b"upgrade");
             if pass_upgrade
-                || (dropped(name).is_none()
-                    && !listed.iter().any(|t| name.eq_ignore_ascii_case(t)))
+                || (dropped(name).is_none() && !listed.iter().any(|t| name.eq_ignore_ascii_case(t)))
             {
                 push_field(&mut out, name, f.value);
             }
@@ -307,7 +306,9 @@ mod tests {
     /// vector paths take 8, 16 and 32 bytes at a time), at each place in them.
     #[test]
     fn every_control_byte_in_a_value_is_refused() {
-        let controls = (0u8..0x20).filter(|&b| b != b'\t' && b != b'\n').chain([0x7f]);
+        let controls = (0u8..0x20)
+            .filter(|&b| b != b'\t' && b != b'\n')
+            .chain([0x7f]);
         for c in controls {
             for len in [1, 9, 17, 33, 70] {
                 for at in [0, len / 2, len - 1] {
