@@ -19,25 +19,21 @@ pub(crate) struct Forwarded {
 }
 
 /// Fields never forwarded as they are: hop-by-hop ones, and the ones this proxy writes
-/// itself.
+/// itself. Matched by length first: every field of every request is asked.
 fn dropped(name: &[u8]) -> bool {
-    const NAMES: [&[u8]; 14] = [
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-        b"content-length",
-        b"host",
-        b"expect",
-        b"http2-settings",
-        b"x-forwarded-proto",
-        b"x-forwarded-host",
-        b"proxy-authorization",
-    ];
-    NAMES.iter().any(|n| name.eq_ignore_ascii_case(n))
+    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    match name.len() {
+        2 => is(b"te"),
+        4 => is(b"host"),
+        6 => is(b"expect"),
+        7 => is(b"trailer") || is(b"upgrade"),
+        10 => is(b"connection") || is(b"keep-alive"),
+        14 => is(b"content-length") || is(b"http2-settings"),
+        16 => is(b"proxy-connection") || is(b"x-forwarded-host"),
+        17 => is(b"transfer-encoding") || is(b"x-forwarded-proto"),
+        19 => is(b"proxy-authorization"),
+        _ => false,
+    }
 }
 
 fn tokens(v: &[u8]) -> impl Iterator<Item = &[u8]> {
@@ -253,6 +249,46 @@ pub(crate) fn target<'a>(
 mod tests {
     use super::*;
     use ramjet_http1::{parse_request_head, Limits, Parse};
+
+    #[test]
+    fn the_dropped_names_in_any_case_and_no_others() {
+        const NAMES: [&str; 14] = [
+            "connection",
+            "keep-alive",
+            "proxy-connection",
+            "te",
+            "trailer",
+            "transfer-encoding",
+            "upgrade",
+            "content-length",
+            "host",
+            "expect",
+            "http2-settings",
+            "x-forwarded-proto",
+            "x-forwarded-host",
+            "proxy-authorization",
+        ];
+        for n in NAMES {
+            assert!(dropped(n.as_bytes()), "{n}");
+            assert!(dropped(n.to_ascii_uppercase().as_bytes()), "{n}");
+            // One byte more, one less, one changed: passed on.
+            assert!(!dropped(format!("{n}s").as_bytes()), "{n}s");
+            assert!(!dropped(&n.as_bytes()[1..]), "{n} less its first byte");
+            let mut changed = n.as_bytes().to_vec();
+            changed[0] = b'z';
+            assert!(!dropped(&changed), "{n} changed");
+        }
+        for kept in [
+            "",
+            "accept",
+            "x-forwarded-for",
+            "forwarded",
+            "via",
+            "cookie",
+        ] {
+            assert!(!dropped(kept.as_bytes()), "{kept}");
+        }
+    }
 
     fn forward(req: &[u8], opts: &ProxyOptions) -> (String, Forwarded) {
         forward_over(req, opts, false)
