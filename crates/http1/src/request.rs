@@ -78,8 +78,9 @@ impl RequestHead<'_> {
     }
 
     /// Every header field, `(name, value)` with the value trimmed, in order. The head was
-    /// validated by the parser; this walks it again, so it is for what the parser does not
-    /// pick out (a handler's own fields), not for the hot path.
+    /// validated by the parser; this walks it again (a line at a time, by `memchr`), for
+    /// what the parser does not pick out: a handler's own fields, the head the proxy
+    /// forwards.
     pub fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         // Past the empty lines before the request line, and the request line.
         let mut rest = self.raw;

@@ -21,6 +21,15 @@ enum Sock {
     Unix(UnixStream),
 }
 
+impl Sock {
+    async fn readable(&self) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.readable().await,
+            Sock::Unix(s) => s.readable().await,
+        }
+    }
+}
+
 pub struct Io {
     sock: Sock,
     /// The waits for a response head end by this timer, kept with the connection: a
@@ -64,24 +73,14 @@ impl Io {
     }
 
     pub(crate) async fn readable(&self) -> io::Result<()> {
-        match &self.sock {
-            Sock::Tcp(s) => s.readable().await,
-            Sock::Unix(s) => s.readable().await,
-        }
+        self.sock.readable().await
     }
 
     /// Wait until the connection is readable, by `deadline` (`None`: it passed first).
     pub(crate) async fn readable_by(&mut self, deadline: Instant) -> Option<io::Result<()>> {
-        let sock = &self.sock;
-        let readable = async {
-            match sock {
-                Sock::Tcp(s) => s.readable().await,
-                Sock::Unix(s) => s.readable().await,
-            }
-        };
         tokio::select! {
             biased;
-            r = readable => Some(r),
+            r = self.sock.readable() => Some(r),
             _ = self.head_timer.until(deadline) => None,
         }
     }
