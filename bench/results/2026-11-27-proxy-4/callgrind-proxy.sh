@@ -6,7 +6,7 @@
 #   callgrind-proxy.sh [N]          BIN=/path/to/ramjet callgrind-proxy.sh   another build
 N=${1:-20000}
 HERE=$(cd "$(dirname "$0")" && pwd)
-BIN=${BIN:-/work/main/target/release/ramjet}
+BIN=$(realpath "${BIN:-/work/main/target/release/ramjet}")
 LOAD=/work/main/target/release/ramjet
 W=$(mktemp -d /tmp/callgrind-proxy.XXXX)
 cc -O2 -o "$W/minhttpd" "$HERE/../../minhttpd.c"
