@@ -17,7 +17,7 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use ramjet_modules::Piece;
-use ramjet_wasm::exchange::{file_range, BodyFailure, BodyTurn, Exchange, JOINED_MAX};
+use ramjet_wasm::exchange::{file_range, head, BodyFailure, BodyTurn, Exchange, JOINED_MAX};
 use ramjet_wasm::grants::Grants;
 use ramjet_wasm::journal;
 use ramjet_wasm::search;
@@ -98,7 +98,7 @@ fuzz_target!(|data: &[u8]| {
                         break;
                     }
                 }
-                x.respond(status, fields);
+                x.respond(head(status, fields.iter().map(|(n, v)| (&n[..], &v[..]))));
             }
             1 => {
                 let b = input.bytes().unwrap_or_default();

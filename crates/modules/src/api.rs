@@ -170,6 +170,64 @@ impl std::fmt::Debug for Reply {
     }
 }
 
+/// A reply's status and header lines without a body, built apart from it (it can be
+/// shared between threads, which a [`Reply`] with a stream cannot).
+#[derive(Debug, Clone)]
+pub struct Head {
+    pub status: u16,
+    headers: Vec<u8>,
+}
+
+impl Head {
+    pub fn new(status: u16) -> Head {
+        Head {
+            status,
+            headers: Vec::new(),
+        }
+    }
+
+    /// As [`Reply::add_header`].
+    pub fn add_header(&mut self, name: &str, value: &[u8]) {
+        push_header(&mut self.headers, name, value);
+    }
+
+    /// The header lines, `Name: value\r\n` each.
+    pub fn header_lines(&self) -> &[u8] {
+        &self.headers
+    }
+}
+
+impl From<Head> for Reply {
+    fn from(head: Head) -> Reply {
+        Reply {
+            status: head.status,
+            headers: head.headers,
+            body: Vec::new(),
+            stream: None,
+        }
+    }
+}
+
+/// Append the line `name: value` to `headers`. A name or value with CR or LF is dropped (no
+/// response splitting), and a name that is empty or holds `:`.
+fn push_header(headers: &mut Vec<u8>, name: &str, value: &[u8]) {
+    let bad = |b: &u8| *b == b'\r' || *b == b'\n';
+    if name.is_empty() || name.bytes().any(|b| bad(&b) || b == b':') || value.iter().any(bad) {
+        return;
+    }
+    // One allocation for a typical reply's few fields, not one per doubling.
+    let line = name.len() + value.len() + 4;
+    headers.reserve(if headers.capacity() == 0 {
+        line.max(128)
+    } else {
+        line
+    });
+    headers.extend_from_slice(name.as_bytes());
+    headers.extend_from_slice(b": ");
+    headers.extend_from_slice(value);
+    headers.extend_from_slice(b"\r\n");
+}
+
 /// A piece of a [`Reply`]'s body.
 #[derive(Debug, Clone)]
 pub enum Piece {
@@ -207,21 +265,7 @@ impl Reply {
 
     /// As [`Reply::header`], in place.
     pub fn add_header(&mut self, name: &str, value: &[u8]) {
-        let bad = |b: &u8| *b == b'\r' || *b == b'\n';
-        if name.is_empty() || name.bytes().any(|b| bad(&b) || b == b':') || value.iter().any(bad) {
-            return;
-        }
-        // One allocation for a typical reply's few fields, not one per doubling.
-        let line = name.len() + value.len() + 4;
-        self.headers.reserve(if self.headers.capacity() == 0 {
-            line.max(128)
-        } else {
-            line
-        });
-        self.headers.extend_from_slice(name.as_bytes());
-        self.headers.extend_from_slice(b": ");
-        self.headers.extend_from_slice(value);
-        self.headers.extend_from_slice(b"\r\n");
+        push_header(&mut self.headers, name, value);
     }
 
     /// Append bytes to the body (after a [`Reply::stream`], pieces replace the stream).

@@ -17,7 +17,7 @@ pub mod registry;
 pub mod specweb99;
 mod stream;
 
-pub use api::{blocking, LaterReply, Module, ModuleRequest, ModuleWorker, Piece, Reply};
+pub use api::{blocking, Head, LaterReply, Module, ModuleRequest, ModuleWorker, Piece, Reply};
 pub use host::{response, Modules};
 pub use registry::{option_error, options, start, start_among, Registration};
 pub use stream::{produce, Produced, Sink};

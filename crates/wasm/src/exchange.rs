@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ramjet_modules::{Piece, Reply};
+use ramjet_modules::{Head, Piece, Reply};
 
 /// Bytes a module may write before its answer starts streaming on its own.
 pub const BUFFERED_MAX: u64 = 256 << 10;
@@ -108,8 +108,8 @@ impl Headers {
 pub struct Exchange {
     /// The request's header fields.
     pub headers: Headers,
-    /// Status and header fields, once `respond` was called.
-    pub head: Option<(u16, Vec<Field>)>,
+    /// The status and header lines, once the module set them ([`Exchange::respond`]).
+    pub head: Option<Head>,
     /// Body parts not yet handed to the connection.
     pub parts: VecDeque<Piece>,
     /// Bytes (not file ranges) among `parts` before streaming.
@@ -174,17 +174,10 @@ impl Exchange {
         }
     }
 
-    /// The reply's head: the module's status and fields, 200 if it gave none.
-    pub fn head_reply(&self) -> Reply {
-        let (status, fields) = self
-            .head
-            .as_ref()
-            .map_or((200, &[][..]), |(s, f)| (*s, &f[..]));
-        let mut reply = Reply::new(status);
-        for (name, value) in fields {
-            reply.add_header(name, value);
-        }
-        reply
+    /// The reply's head: the module's status and fields, 200 if it gave none. Taken: the
+    /// head goes out once.
+    pub fn head_reply(&mut self) -> Reply {
+        self.head.take().unwrap_or_else(|| Head::new(200)).into()
     }
 
     /// The module returned: everything it wrote, in one reply with its length (204 when
@@ -251,29 +244,15 @@ impl Exchange {
 
     /// Go out as written from now on (with a 200 head if the module gave none).
     pub fn start_streaming(&mut self) {
-        if self.head.is_none() {
-            self.head = Some((200, Vec::new()));
-        }
+        self.head.get_or_insert_with(|| Head::new(200));
         self.streaming = true;
     }
 
-    /// Set the head, once; header fields with CR, LF, NUL or a bad name are dropped.
-    pub fn respond(&mut self, status: u16, mut fields: Vec<Field>) {
-        if self.head.is_some() {
-            return;
+    /// Set the head, once (a second call changes nothing).
+    pub fn respond(&mut self, head: Head) {
+        if self.head.is_none() {
+            self.head = Some(head);
         }
-        let status = if (100..=999).contains(&status) {
-            status
-        } else {
-            500
-        };
-        let bad = |b: &u8| *b == b'\r' || *b == b'\n' || *b == 0;
-        fields.retain(|(name, value)| {
-            !name.is_empty()
-                && name.bytes().all(|b| b.is_ascii_graphic() && b != b':')
-                && !value.iter().any(bad)
-        });
-        self.head = Some((status, fields));
     }
 
     /// Whether the module waits for a body piece not yet given.
@@ -311,6 +290,30 @@ pub fn file_range(offset: u64, len: Option<u64>, size: u64) -> Option<u64> {
     }
 }
 
+/// A module's head as the reply's: a status outside 100-999 becomes 500; a field with CR,
+/// LF or NUL in its value, or a name that is empty or not visible ASCII without `:`, is
+/// dropped.
+pub fn head<'a>(status: u16, fields: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> Head {
+    let mut head = Head::new(if (100..=999).contains(&status) {
+        status
+    } else {
+        500
+    });
+    for (name, value) in fields {
+        if field_allowed(name, value) {
+            head.add_header(name, value);
+        }
+    }
+    head
+}
+
+/// Whether a module's header field may go out (see [`head`]).
+pub fn field_allowed(name: &str, value: &[u8]) -> bool {
+    !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_graphic() && b != b':')
+        && !value.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,26 +321,23 @@ mod tests {
     #[test]
     fn the_head_is_set_once_and_bad_fields_are_dropped() {
         let mut x = Exchange::default();
-        x.respond(
-            201,
-            vec![
-                ("A".into(), b"1".to_vec()),
-                ("B\r\nX".into(), b"2".to_vec()),
-                ("C".into(), b"3\r\nInjected: 1".to_vec()),
-                ("".into(), b"4".to_vec()),
-                ("D:".into(), b"5".to_vec()),
-                ("E".into(), b"".to_vec()),
-            ],
-        );
-        x.respond(404, vec![]);
-        let kept = vec![
-            ("A".to_string(), b"1".to_vec()),
-            ("E".to_string(), Vec::new()),
+        let fields: [(&str, &[u8]); 8] = [
+            ("A", b"1"),
+            ("B\r\nX", b"2"),
+            ("C", b"3\r\nInjected: 1"),
+            ("", b"4"),
+            ("D:", b"5"),
+            ("E", b""),
+            ("F G", b"6"),
+            ("H", b"7\08"),
         ];
-        assert_eq!(x.head, Some((201, kept)));
-        let mut y = Exchange::default();
-        y.respond(7, vec![]);
-        assert_eq!(y.head.unwrap().0, 500);
+        x.respond(head(201, fields));
+        x.respond(head(404, []));
+        let h = x.head.as_ref().unwrap();
+        assert_eq!((h.status, h.header_lines()), (201, &b"A: 1\r\nE: \r\n"[..]));
+        for (status, kept) in [(7, 500), (99, 500), (100, 100), (999, 999), (1000, 500)] {
+            assert_eq!(head(status, []).status, kept);
+        }
     }
 
     #[test]
@@ -349,11 +349,8 @@ mod tests {
         assert!(!x.streaming && x.head.is_none());
         x.write(Bytes::from_static(b"1"));
         assert!(x.streaming);
-        assert_eq!(
-            x.head,
-            Some((200, Vec::new())),
-            "a streamed answer needs a head"
-        );
+        let h = x.head.as_ref().expect("a streamed answer needs a head");
+        assert_eq!((h.status, h.header_lines()), (200, &b""[..]));
     }
 
     #[test]
@@ -431,7 +428,7 @@ mod tests {
         x.write(Bytes::from_static(b"ab"));
         let r = x.whole();
         assert_eq!((r.status, r.len()), (200, 2));
-        x.respond(404, vec![("x".into(), b"1".to_vec())]);
+        x.respond(head(404, [("x", &b"1"[..])]));
         let r = x.whole();
         assert_eq!((r.status, r.header_lines()), (404, &b"x: 1\r\n"[..]));
         assert_eq!(x.queued, 0);

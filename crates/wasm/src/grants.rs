@@ -1,8 +1,10 @@
 //! What a mount grants its module: named file trees (read-only, never left), journals,
 //! upstreams, settings, and a key-value store shared by every worker and request of the mount.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
+use std::hash::{Hash, Hasher};
 use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -20,10 +22,61 @@ const KEPT_MAX: usize = 8192;
 /// `file_cache.valid` default): a file replaced in a tree is seen within this.
 const KEPT_VALID: Duration = Duration::from_secs(1);
 
-/// Kept files by (tree, path).
+/// Kept files by tree and path.
 /// Hashed with foldhash (seeded per process), not SipHash: a module's every `files` call
-/// looks its file up here.
-type Kept = HashMap<(String, String), Arc<KeptFile>, foldhash::fast::RandomState>;
+/// looks its file up here, by borrowed names ([`Name`]), so a hit allocates nothing.
+type Kept = HashMap<Named, Arc<KeptFile>, foldhash::fast::RandomState>;
+
+/// A kept file's key: its tree and its path in the tree.
+#[derive(PartialEq, Eq)]
+struct Named {
+    tree: String,
+    path: String,
+}
+
+/// A tree and path to look a kept file up by: the owned key, or borrowed names.
+trait Name {
+    fn parts(&self) -> (&str, &str);
+}
+
+impl Name for Named {
+    fn parts(&self) -> (&str, &str) {
+        (&self.tree, &self.path)
+    }
+}
+
+impl Name for (&str, &str) {
+    fn parts(&self) -> (&str, &str) {
+        *self
+    }
+}
+
+impl<'a> Borrow<dyn Name + 'a> for Named {
+    fn borrow(&self) -> &(dyn Name + 'a) {
+        self
+    }
+}
+
+// The owned key and the borrowed names hash and compare alike, as `Borrow` requires.
+impl Hash for Named {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.parts().hash(h);
+    }
+}
+
+impl Hash for dyn Name + '_ {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        self.parts().hash(h);
+    }
+}
+
+impl PartialEq for dyn Name + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn Name + '_ {}
 
 /// A file of a granted tree, kept open for the mount.
 pub struct KeptFile {
@@ -165,29 +218,32 @@ impl Grants {
     /// once a second, and the descriptors held are the mount's, at most [`KEPT_MAX`],
     /// however many instances run.
     pub async fn open_kept(&self, tree: String, path: String) -> Result<Arc<KeptFile>, Refusal> {
-        let key = (tree, path);
-        let now = Instant::now();
-        {
-            let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(k) = kept.get(&key) {
-                if now.duration_since(k.opened) < KEPT_VALID {
-                    return Ok(k.clone());
-                }
-            }
+        if let Some(k) = self.kept(&tree, &path) {
+            return Ok(k);
         }
-        let (file, stat) = self.open(&key.0, &key.1).await?;
+        let now = Instant::now();
+        let (file, stat) = self.open(&tree, &path).await?;
         let k = Arc::new(KeptFile {
             file,
             stat,
             opened: now,
             found: Mutex::new(None),
         });
+        let key = Named { tree, path };
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         if kept.len() >= KEPT_MAX && !kept.contains_key(&key) {
             evict_older_half(&mut kept);
         }
         kept.insert(key, k.clone());
         Ok(k)
+    }
+
+    /// The file kept open for `tree` and `path`, if it was opened less than [`KEPT_VALID`]
+    /// ago: no allocation and no wait (the borrowed-import path, `crate::borrowing`).
+    pub fn kept(&self, tree: &str, path: &str) -> Option<Arc<KeptFile>> {
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let k = kept.get(&(tree, path) as &dyn Name)?;
+        (k.opened.elapsed() < KEPT_VALID).then(|| k.clone())
     }
 
     pub fn get(&self, key: &str) -> Option<Vec<u8>> {
@@ -295,11 +351,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("f"), b"hello").unwrap();
         let g = grants(dir.path());
+        assert!(g.kept("www", "f").is_none(), "not opened yet");
         let k = g.open_kept("www".into(), "f".into()).await.unwrap();
         assert!(Arc::ptr_eq(
             &k,
             &g.open_kept("www".into(), "f".into()).await.unwrap()
         ));
+        // Found by borrowed names, and only by its own.
+        assert!(Arc::ptr_eq(&k, &g.kept("www", "f").unwrap()));
+        for (tree, path) in [("www", "g"), ("ww", "wf"), ("wwwf", ""), ("", "wwwf")] {
+            assert!(g.kept(tree, path).is_none(), "{tree:?} {path:?}");
+        }
         assert_eq!(k.found(b"l", 10), None);
         // Cut short at its limit: it answers smaller limits only.
         k.remember(b"l".to_vec(), vec![2, 3], 2);

@@ -14,7 +14,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::bindings::ramjet::module::{files, host, http, journal, upstream};
-use crate::exchange::{file_range, BodyFailure, BodyTurn, Cause, Shared};
+use crate::exchange::{self, file_range, BodyFailure, BodyTurn, Cause, Shared};
 use crate::grants::{Grants, Refusal};
 use crate::journal::{Journal, Refused};
 use crate::search;
@@ -86,7 +86,7 @@ impl State {
 }
 
 /// Wait until the connection has taken enough of what was written (when streaming).
-async fn drained(shared: Shared) {
+pub(crate) async fn drained(shared: Shared) {
     poll_fn(move |_| {
         if !shared.lock().backed_up() {
             Poll::Ready(())
@@ -191,12 +191,14 @@ impl http::Host for State {
     }
 
     fn respond(&mut self, status: u16, headers: Vec<(String, Vec<u8>)>) {
-        self.shared.lock().respond(status, headers);
+        let head = exchange::head(status, headers.iter().map(|(n, v)| (&n[..], &v[..])));
+        self.shared.lock().respond(head);
     }
 
     fn answer(&mut self, status: u16, headers: Vec<(String, Vec<u8>)>, body: Vec<u8>) {
+        let head = exchange::head(status, headers.iter().map(|(n, v)| (&n[..], &v[..])));
         let mut x = self.shared.lock();
-        x.respond(status, headers);
+        x.respond(head);
         // Not streaming (nothing flushed) unless the body is past the buffer: then the
         // driver streams it, and the module returning ends the stream.
         x.write(Bytes::from(body));
@@ -223,7 +225,7 @@ impl http::Host for State {
     }
 }
 
-fn file_error(r: Refusal) -> files::FileError {
+pub(crate) fn file_error(r: Refusal) -> files::FileError {
     match r {
         Refusal::NoTree => files::FileError::NoTree,
         Refusal::NotFound => files::FileError::NotFound,

@@ -14,6 +14,8 @@
 #[cfg(feature = "host")]
 mod bindings;
 #[cfg(feature = "host")]
+mod borrowing;
+#[cfg(feature = "host")]
 mod call;
 #[cfg(feature = "host")]
 pub mod engine;

@@ -10,6 +10,7 @@ use ramjet_modules::{
 use wasmtime::component::{Component, HasSelf, Linker};
 
 use crate::bindings::{self, ModulePre};
+use crate::borrowing;
 use crate::call::{self, Idle, Mounted};
 use crate::grants::Grants;
 use crate::host::State;
@@ -33,6 +34,11 @@ fn start(config: &toml::Table, context: &MountContext<'_>) -> Result<Arc<dyn Mod
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)
         .map_err(|e| option_error("component", format!("{e:#}")))?;
     bindings::Module::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)
+        .map_err(|e| option_error("component", format!("{e:#}")))?;
+    // The imports every request calls, over the generated ones: read from the module's
+    // memory instead of lifted into owned copies.
+    linker.allow_shadowing(true);
+    borrowing::add_to_linker(&mut linker)
         .map_err(|e| option_error("component", format!("{e:#}")))?;
     let pre = linker
         .instantiate_pre(&component)

@@ -11,11 +11,27 @@
 //!   requests unless the mount says `reuse = false`; a failed call's instance is dropped)
 //! - `/hold`: streams without end in big writes, so a client that does not read holds its
 //!   instance busy while it spends next to no CPU
+//! - `/head`, `/head-streamed`: answer (in one call, or head then body) with header fields
+//!   that would split the response or are not fields at all, among good ones
+//! - `/status`: answers with a status that is not three digits
 //! - `/ok`: answers normally
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ramjet_module::{files, flush, respond, write, Handler, Request};
+use ramjet_module::{answer, files, flush, respond, write, Handler, Request};
+
+/// Header fields a module must not get out, among two it may.
+const HOSTILE: [(&str, &[u8]); 9] = [
+    ("x-good", b"1"),
+    ("x-split\r\nInjected", b"1"),
+    ("x-value", b"a\r\nInjected: 1"),
+    ("x-lf", b"a\nInjected: 2"),
+    ("", b"nameless"),
+    ("x-colon:", b"1"),
+    ("x-nul", b"a\0b"),
+    ("x space", b"1"),
+    ("x-empty", b""),
+];
 
 struct Misbehave;
 
@@ -78,6 +94,12 @@ impl Handler for Misbehave {
                 flush();
                 panic!("asked to fail mid-answer");
             }
+            b"head" => answer(201, &HOSTILE, b"head\n"),
+            b"head-streamed" => {
+                respond(201, &HOSTILE);
+                write(b"head\n");
+            }
+            b"status" => answer(7, &[], b"status\n"),
             _ => {
                 respond(200, &[]);
                 write(b"ok\n");

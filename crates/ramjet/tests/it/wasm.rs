@@ -244,6 +244,22 @@ fn misbehaving_modules_fail_their_own_request_and_nothing_else() {
         assert_eq!(c.response(false).text(), "static a");
         assert_eq!(s.get("/bad/ok").text(), "ok\n");
     }
+    // Header fields that would split the response, or are not fields, never go out; the
+    // rest do, in one call or head then body; a status that is not three digits is a 500.
+    for path in ["/bad/head", "/bad/head-streamed"] {
+        let r = s.get(path);
+        assert_eq!((r.status, r.text().as_str()), (201, "head\n"), "{path}");
+        assert_eq!(r.header("x-good").as_deref(), Some("1"), "{path}");
+        assert_eq!(r.header("x-empty").as_deref(), Some(""), "{path}");
+        let fields: Vec<&str> = r.head.lines().skip(1).collect();
+        for gone in [
+            "Injected", "nameless", "x-split", "x-value", "x-lf", "x-colon", "x-nul", "x space",
+        ] {
+            assert!(!r.head.contains(gone), "{gone} in {path}: {fields:?}");
+        }
+    }
+    let r = s.get("/bad/status");
+    assert_eq!((r.status, r.text().as_str()), (500, "status\n"));
     // Files outside the grant are refused, whatever the path.
     let t = s.get("/bad/escape").text();
     for line in [
