@@ -26,7 +26,7 @@ use crate::bindings::ramjet::module::http::{
 };
 use crate::bindings::{Module, ModulePre};
 use crate::engine;
-use crate::exchange::{BodyFailure, Cause, Headers, Shared};
+use crate::exchange::{BodyFailure, Cause, Shared};
 use crate::grants::Grants;
 use crate::host::{State, STDERR_KEPT};
 
@@ -349,20 +349,26 @@ fn push_v4(text: &mut String, a: std::net::SocketAddrV4) {
 
 /// Answer `req` with module `m`, on one of this worker's `idle` instances if there is one.
 pub async fn call(m: Arc<Mounted>, idle: Idle, req: &ModuleRequest<'_>) -> Reply {
-    let shared = Shared::default();
-    {
-        let mut x = shared.lock();
-        x.headers = Headers::new(req.headers());
-        x.mount = idle.mount.get_or_init(|| req.mount().into()).clone();
-    }
+    let mount = idle.mount.get_or_init(|| req.mount().into()).clone();
     let Some(start) = start(&idle).await else {
         let busy = wasmtime::format_err!(
             "all {} instances stayed busy for {} s",
             engine::instances(),
             engine::ADMIT_WAIT.as_secs()
         );
-        return failed(&m, &shared, &busy, None);
+        return failed(&m, &Shared::default(), &busy, None);
     };
+    // A kept instance's last exchange, with its buffers, when nothing holds it any more.
+    let shared = match &start {
+        Start::Kept(inst) => inst.store.data().shared.renewed(),
+        Start::New(_) => None,
+    }
+    .unwrap_or_default();
+    {
+        let mut x = shared.lock();
+        x.headers.refill(req.headers());
+        x.mount = mount;
+    }
     let mut running = run(&m, start, shared.clone(), Copied::new(req));
     loop {
         let step = poll_fn(|cx| match poll_guest(&mut running, &shared, cx) {

@@ -64,18 +64,24 @@ pub struct Headers {
 
 impl Headers {
     pub fn new<'a>(fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Headers {
-        // Room for a browser's usual fields at once, not one allocation per doubling.
-        let mut h = Headers {
-            data: Vec::with_capacity(512),
-            ends: Vec::with_capacity(16),
-        };
-        for (name, value) in fields {
-            h.data.extend_from_slice(name);
-            let name_end = h.data.len() as u32;
-            h.data.extend_from_slice(value);
-            h.ends.push((name_end, h.data.len() as u32));
-        }
+        let mut h = Headers::default();
+        h.refill(fields);
         h
+    }
+
+    /// Hold these fields instead, in the buffers already allocated.
+    pub fn refill<'a>(&mut self, fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) {
+        self.data.clear();
+        self.ends.clear();
+        // Room for a browser's usual fields at once, not one allocation per doubling.
+        self.data.reserve(512);
+        self.ends.reserve(16);
+        for (name, value) in fields {
+            self.data.extend_from_slice(name);
+            let name_end = self.data.len() as u32;
+            self.data.extend_from_slice(value);
+            self.ends.push((name_end, self.data.len() as u32));
+        }
     }
 
     fn fields(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
@@ -143,6 +149,39 @@ impl Shared {
     /// it was held) still gives the data.
     pub fn lock(&self) -> MutexGuard<'_, Exchange> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// This exchange made new for another call, with its buffers (header fields, parts)
+    /// kept, when nothing but this handle holds it: an instance's last call is over and no
+    /// stream still takes parts from it. `None` otherwise.
+    pub fn renewed(&self) -> Option<Shared> {
+        if Arc::strong_count(&self.0) != 1 {
+            return None;
+        }
+        // Every field named, so a new one cannot be left out; the header fields and the
+        // mount are the caller's to set.
+        let Exchange {
+            headers: _,
+            head,
+            parts,
+            buffered,
+            queued,
+            streaming,
+            body,
+            leftover,
+            body_gone,
+            cause,
+            run_used,
+            poll_began,
+            mount: _,
+        } = &mut *self.lock();
+        *head = None;
+        parts.clear();
+        (*buffered, *queued, *streaming, *body_gone) = (0, 0, false, false);
+        *body = BodyTurn::Idle;
+        *leftover = Bytes::new();
+        (*cause, *run_used, *poll_began) = (None, Duration::ZERO, None);
+        Some(self.clone())
     }
 }
 
@@ -432,6 +471,42 @@ mod tests {
         let r = x.whole();
         assert_eq!((r.status, r.header_lines()), (404, &b"x: 1\r\n"[..]));
         assert_eq!(x.queued, 0);
+    }
+
+    #[test]
+    fn an_exchange_is_renewed_only_when_nothing_else_holds_it() {
+        let shared = Shared::default();
+        {
+            let mut x = shared.lock();
+            x.headers
+                .refill([(&b"Cookie"[..], &b"a=1"[..])].into_iter());
+            x.respond(head(201, []));
+            x.write(Bytes::from_static(b"ab"));
+            x.send_file(Arc::new(File::open("/dev/null").unwrap()), 0, 0);
+            x.start_streaming();
+            x.body = BodyTurn::Wanted(5);
+            x.leftover = Bytes::from_static(b"z");
+            (x.body_gone, x.cause) = (true, Some(Cause::Cpu));
+            (x.run_used, x.poll_began) = (Duration::from_secs(1), Some(Instant::now()));
+        }
+        let stream = shared.clone();
+        assert!(shared.renewed().is_none(), "a stream still takes its parts");
+        drop(stream);
+        let again = shared.renewed().expect("only the instance holds it");
+        assert!(Arc::ptr_eq(&again.0, &shared.0));
+        let x = again.lock();
+        assert_eq!(
+            x.headers.get("cookie"),
+            Some(&b"a=1"[..]),
+            "the caller refills them"
+        );
+        assert!(x.head.is_none() && x.parts.is_empty() && x.leftover.is_empty());
+        assert_eq!(
+            (x.buffered, x.queued, x.streaming, x.body_gone),
+            (0, 0, false, false)
+        );
+        assert!(matches!(x.body, BodyTurn::Idle) && x.cause.is_none());
+        assert_eq!((x.run_used, x.poll_began), (Duration::ZERO, None));
     }
 
     #[test]

@@ -76,10 +76,12 @@ fn the_example_module_answers_get_head_post_and_refuses_other_methods() {
     assert_eq!(r.header("cache-control").as_deref(), Some("no-store"));
     // The same instance answers the next request; the mount's store counts across them.
     c.send(b"GET /w/ HTTP/1.1\r\nHost: t\r\n\r\n");
-    assert!(c
-        .response(false)
-        .text()
-        .contains("request 2 on this instance"));
+    let t = c.response(false).text();
+    assert!(t.contains("request 2 on this instance"), "{t}");
+    assert!(
+        !t.contains("bob"),
+        "the last request's fields are gone: {t}"
+    );
     for n in 1..=2 {
         c.send(b"GET /w/count HTTP/1.1\r\nHost: t\r\n\r\n");
         assert_eq!(
@@ -93,6 +95,11 @@ fn the_example_module_answers_get_head_post_and_refuses_other_methods() {
         c.response(false).text(),
         "Host: t\nUser-Agent: probe/1\nX-Empty: \nagent probe/1\n"
     );
+    // The next request on the same instance sees its own fields only.
+    c.send(b"GET /w/headers HTTP/1.1\r\nHost: u\r\n\r\n");
+    let t = c.response(false).text();
+    assert!(t.starts_with("Host: u\nagent"), "{t}");
+    assert!(!t.contains("probe"), "{t}");
     c.send(b"HEAD /w/ HTTP/1.1\r\nHost: t\r\n\r\n");
     let r = c.response(true);
     assert_eq!(r.status, 200);
