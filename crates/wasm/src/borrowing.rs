@@ -11,17 +11,19 @@
 //! the bindings' definitions and do the same with owned arguments). What a module sees does
 //! not change: a name or path that is not UTF-8 traps, as lifting a `string` does.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use wasmtime::component::{Linker, WasmList, WasmStr};
 use wasmtime::{Result, StoreContextMut};
 
 use crate::bindings::ramjet::module::files::FileError;
 use crate::exchange::{self, file_range};
-use crate::grants::KeptFile;
+use crate::grants::{Grants, KeptFile};
 use crate::host::{drained, file_error, State};
-use std::sync::Arc;
 
-/// The world's interfaces, as the linker names them.
+/// The world's interfaces, as the linker names them (with the package's version: a test
+/// holds them to `wit/module.wit`).
 const HTTP: &str = "ramjet:module/http@0.2.0";
 const FILES: &str = "ramjet:module/files@0.2.0";
 
@@ -80,16 +82,7 @@ pub fn add_to_linker(linker: &mut Linker<State>) -> Result<()> {
         |store: StoreContextMut<'_, State>, (tree, path): (WasmStr, WasmStr)| {
             let found = kept(&store, &tree, &path);
             let grants = store.data().grants.clone();
-            Box::new(async move {
-                let k = match found? {
-                    Found::Kept(k) => k,
-                    Found::Open(tree, path) => match grants.open_kept(tree, path).await {
-                        Ok(k) => k,
-                        Err(r) => return Ok((Err(file_error(r)),)),
-                    },
-                };
-                Ok((Ok(k.stat.size),))
-            })
+            Box::new(async move { Ok((found?.open(&grants).await.map(|k| k.stat.size),)) })
         },
     )?;
     files.func_wrap_async(
@@ -100,12 +93,9 @@ pub fn add_to_linker(linker: &mut Linker<State>) -> Result<()> {
             let grants = store.data().grants.clone();
             let shared = store.data().shared.clone();
             Box::new(async move {
-                let k = match found? {
-                    Found::Kept(k) => k,
-                    Found::Open(tree, path) => match grants.open_kept(tree, path).await {
-                        Ok(k) => k,
-                        Err(r) => return Ok((Err(file_error(r)),)),
-                    },
+                let k = match found?.open(&grants).await {
+                    Ok(k) => k,
+                    Err(e) => return Ok((Err(e),)),
                 };
                 let Some(len) = file_range(offset, len, k.stat.size) else {
                     return Ok((Err(FileError::InvalidRange),));
@@ -146,6 +136,16 @@ enum Found {
     Open(String, String),
 }
 
+impl Found {
+    /// The file, opened (and kept for the mount) if it was not kept already.
+    async fn open(self, grants: &Grants) -> std::result::Result<Arc<KeptFile>, FileError> {
+        match self {
+            Found::Kept(k) => Ok(k),
+            Found::Open(tree, path) => grants.open_kept(tree, path).await.map_err(file_error),
+        }
+    }
+}
+
 /// Look the file up among the mount's kept ones by the module's own bytes; the names are
 /// copied only when it has to be opened.
 fn kept(store: &StoreContextMut<'_, State>, tree: &WasmStr, path: &WasmStr) -> Result<Found> {
@@ -154,4 +154,24 @@ fn kept(store: &StoreContextMut<'_, State>, tree: &WasmStr, path: &WasmStr) -> R
         Some(k) => Found::Kept(k),
         None => Found::Open(tree.into_owned(), path.into_owned()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_interface_names_are_the_worlds() {
+        let wit = include_str!("../../../wit/module.wit");
+        let package = wit
+            .lines()
+            .find_map(|l| l.strip_prefix("package "))
+            .and_then(|l| l.strip_suffix(';'))
+            .expect("a package line");
+        let (name, version) = package.split_once('@').expect("a versioned package");
+        for (interface, constant) in [("http", HTTP), ("files", FILES)] {
+            assert_eq!(constant, format!("{name}/{interface}@{version}"));
+            assert!(wit.contains(&format!("interface {interface} {{")));
+        }
+    }
 }
