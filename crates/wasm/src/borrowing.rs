@@ -81,8 +81,7 @@ pub fn add_to_linker(linker: &mut Linker<State>) -> Result<()> {
         "size",
         |store: StoreContextMut<'_, State>, (tree, path): (WasmStr, WasmStr)| {
             let found = kept(&store, &tree, &path);
-            let grants = store.data().grants.clone();
-            Box::new(async move { Ok((found?.open(&grants).await.map(|k| k.stat.size),)) })
+            Box::new(async move { Ok((found?.open().await.map(|k| k.stat.size),)) })
         },
     )?;
     files.func_wrap_async(
@@ -90,10 +89,9 @@ pub fn add_to_linker(linker: &mut Linker<State>) -> Result<()> {
         |store: StoreContextMut<'_, State>,
          (tree, path, offset, len): (WasmStr, WasmStr, u64, Option<u64>)| {
             let found = kept(&store, &tree, &path);
-            let grants = store.data().grants.clone();
             let shared = store.data().shared.clone();
             Box::new(async move {
-                let k = match found?.open(&grants).await {
+                let k = match found?.open().await {
                     Ok(k) => k,
                     Err(e) => return Ok((Err(e),)),
                 };
@@ -130,18 +128,21 @@ fn head(
     Ok(head)
 }
 
-/// A file a module names: kept open already, or to be opened by these names.
+/// A file a module names: kept open already, or to be opened by these names among the
+/// mount's grants.
 enum Found {
     Kept(Arc<KeptFile>),
-    Open(String, String),
+    Open(Arc<Grants>, String, String),
 }
 
 impl Found {
     /// The file, opened (and kept for the mount) if it was not kept already.
-    async fn open(self, grants: &Grants) -> std::result::Result<Arc<KeptFile>, FileError> {
+    async fn open(self) -> std::result::Result<Arc<KeptFile>, FileError> {
         match self {
             Found::Kept(k) => Ok(k),
-            Found::Open(tree, path) => grants.open_kept(tree, path).await.map_err(file_error),
+            Found::Open(grants, tree, path) => {
+                grants.open_kept(tree, path).await.map_err(file_error)
+            }
         }
     }
 }
@@ -150,9 +151,10 @@ impl Found {
 /// copied only when it has to be opened.
 fn kept(store: &StoreContextMut<'_, State>, tree: &WasmStr, path: &WasmStr) -> Result<Found> {
     let (tree, path) = (tree.to_str(store)?, path.to_str(store)?);
-    Ok(match store.data().grants.kept(&tree, &path) {
+    let grants = &store.data().grants;
+    Ok(match grants.kept(&tree, &path) {
         Some(k) => Found::Kept(k),
-        None => Found::Open(tree.into_owned(), path.into_owned()),
+        None => Found::Open(grants.clone(), tree.into_owned(), path.into_owned()),
     })
 }
 

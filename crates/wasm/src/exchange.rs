@@ -63,12 +63,6 @@ pub struct Headers {
 }
 
 impl Headers {
-    pub fn new<'a>(fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Headers {
-        let mut h = Headers::default();
-        h.refill(fields);
-        h
-    }
-
     /// Hold these fields instead, in the buffers already allocated.
     pub fn refill<'a>(&mut self, fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) {
         self.data.clear();
@@ -440,13 +434,15 @@ mod tests {
     #[test]
     fn header_fields_are_found_by_name_in_any_case() {
         let fields: [(&[u8], &[u8]); 3] = [(b"Host", b"a"), (b"X-Empty", b""), (b"host", b"b")];
-        let h = Headers::new(fields.into_iter());
+        let mut h = Headers::default();
+        h.refill(fields.into_iter());
         assert_eq!(h.get("HOST"), Some(&b"a"[..]));
         assert_eq!(h.get("x-empty"), Some(&b""[..]));
         assert_eq!(h.get("nope"), None);
         assert_eq!(h.all().len(), 3);
         assert_eq!(h.all()[2], ("host".to_string(), b"b".to_vec()));
-        assert_eq!(Headers::new(std::iter::empty()).all(), vec![]);
+        h.refill(std::iter::empty());
+        assert_eq!(h.all(), vec![]);
     }
 
     #[test]
