@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -307,9 +308,13 @@ def report(results, names, args, out):
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; `{' '.join(sys.argv)}`; "
              f"TCP congestion control `{congestion.current()}`; proxy on CPU 0 "
              f"(one worker/thread), backend ({BACKEND_LABEL[args.backend]}) and "
-             "`wrk -t1` on CPU 1; median of the rounds by req/s; CPU from /proc/PID/stat of the proxy.", "",
-             "| profile | proxy | req/s | p99 ms | proxy CPU µs/req | req per proxy-CPU-s | vs nginx (req/CPU-s) | non-2xx + errors |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+             "`wrk -t1` on CPU 1; median of the rounds by req/s; CPU from /proc/PID/stat of the proxy. "
+             "p99 ms is that round's; median p99 is the median of every round's p99 (a round's p99 "
+             "and its req/s move apart, so p99s are compared by this one).", "",
+             "| profile | proxy | req/s | p99 ms | median p99 ms | proxy CPU µs/req | req per proxy-CPU-s "
+             "| vs nginx (req/CPU-s) | non-2xx + errors |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    rounds = []
     summary = {}
     for profile, per in results.items():
         med = {n: compare.median_run(rs) for n, rs in per.items() if rs}
@@ -319,11 +324,19 @@ def report(results, names, args, out):
                 continue
             r = med[n]
             ratio = r["rps_per_cpu_s"] / base if base else None
+            p99s = [x["p99_ms"] for x in per[n] if x.get("p99_ms") is not None]
+            p99_median = statistics.median(p99s) if p99s else None
             lines.append(f"| {profile} | {n} | {r['rps']:,.0f} | {compare.fmt(r['p99_ms'], 2)} | "
+                         f"{compare.fmt(p99_median, 2)} | "
                          f"{compare.fmt(r['us_per_request'], 1)} | {r['rps_per_cpu_s']:,.0f} | "
                          f"{compare.fmt(ratio, 2)} | {r['non2xx'] + r['socket_errors']} |")
+            rounds.append(f"- {profile}, {n}: " + "; ".join(
+                f"{x['rps_per_cpu_s']:,.0f} req/CPU-s, p99 {compare.fmt(x['p99_ms'], 2)} ms" for x in per[n]))
             summary.setdefault(profile, {})[n] = {k: r[k] for k in ("rps", "p99_ms", "us_per_request",
                                                                     "rps_per_cpu_s", "non2xx", "socket_errors", "cmd")}
+            summary[profile][n]["p99_ms_median"] = p99_median
+            summary[profile][n]["rounds"] = [{k: x[k] for k in ("rps", "p99_ms", "rps_per_cpu_s")}
+                                             for x in per[n]]
     versions = {}
     for cmd in (["nginx", "-v"], ["haproxy", "-v"]):
         try:
@@ -331,6 +344,7 @@ def report(results, names, args, out):
             versions[cmd[0]] = (p.stdout + p.stderr).splitlines()[0]
         except OSError:
             pass
+    lines += ["", "Every round, in the order run:", ""] + rounds
     lines += ["", "Versions: " + "; ".join(versions.values()), ""]
     (out / "proxy.md").write_text("\n".join(lines) + "\n")
     (out / "proxy.json").write_text(json.dumps({"results": summary, "versions": versions}, indent=1))
