@@ -219,9 +219,7 @@ fn config(pooled: bool) -> Config {
         config.profiler(wasmtime::ProfilingStrategy::PerfMap);
     }
     if let Some(dir) = cache_directory() {
-        let mut cache = CacheConfig::new();
-        cache.with_directory(dir);
-        match Cache::new(cache) {
+        match Cache::new(cache_config(dir)) {
             Ok(cache) => {
                 config.cache(Some(cache));
             }
@@ -229,4 +227,36 @@ fn config(pooled: bool) -> Config {
         }
     }
     config
+}
+
+/// zstd's level for compiled modules in the cache, written once and never rewritten.
+const CACHE_COMPRESSION: i32 = 3;
+
+/// The on-disk cache of compiled modules in `dir`. wasmtime's cache recompresses an entry
+/// at zstd level 20 once it has been loaded 256 times, on a thread of the process that
+/// loads it: a server that reloads or restarts often would spend, at an unforeseeable
+/// start, hundreds of milliseconds of CPU beside its workers (a test's server was seen
+/// using 46% of a CPU after its last request while it did). Entries are written at one
+/// level and stay so.
+fn cache_config(dir: PathBuf) -> CacheConfig {
+    let mut cache = CacheConfig::new();
+    cache
+        .with_directory(dir)
+        .with_baseline_compression_level(CACHE_COMPRESSION)
+        .with_optimized_compression_level(CACHE_COMPRESSION)
+        .with_optimized_compression_usage_counter_threshold(u64::MAX);
+    cache
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cached_modules_are_never_recompressed() {
+        let c = cache_config(PathBuf::from("/nonexistent"));
+        assert_eq!(c.baseline_compression_level(), CACHE_COMPRESSION);
+        assert_eq!(c.optimized_compression_level(), CACHE_COMPRESSION);
+        assert_eq!(c.optimized_compression_usage_counter_threshold(), u64::MAX);
+    }
 }

@@ -637,6 +637,82 @@ fn a_changed_module_is_picked_up_on_reload_and_compiled_code_is_cached() {
     s.assert_clean_log(&[]);
 }
 
+/// wasmtime's cache would recompress an entry at zstd level 20 on a thread of the server
+/// once it had been loaded 256 times: CPU spent beside the workers at some start. The
+/// cache's single worker thread handles the two mounts' loads one after the other, so once
+/// both entries' use counts have moved, the first one's recompression (if any) is over.
+#[test]
+fn cached_modules_loaded_many_times_are_not_recompressed_by_the_server() {
+    let dir = Server::dir();
+    let cache = dir.path().join("cache");
+    let cache_env = cache.display().to_string();
+    let text = format!(
+        "workers = 1\n[[location]]\nroot = \"root\"\n\
+         [[location]]\npath = \"/a/\"\nmodule = \"wasm\"\n[location.module_config]\ncomponent = {:?}\n\
+         [[location]]\npath = \"/b/\"\nmodule = \"wasm\"\n[location.module_config]\ncomponent = {:?}\n",
+        component("hello"),
+        component("misbehave"),
+    );
+    let mut s =
+        Server::start_with_env(crate::BIN, dir, &text, &[("RAMJET_WASM_CACHE", &cache_env)]);
+    assert!(s.get("/a/ok").text().starts_with("Hello, "));
+    let stats = crate::poll_until(|| {
+        let found = stats_files(&cache);
+        (found.len() == 2).then_some(found)
+    });
+    s.stop();
+    // Both entries as if loaded 100,000 times at the baseline level.
+    for path in &stats {
+        std::fs::write(path, "usages = 100000\noptimized-compression = 3\n").unwrap();
+    }
+    let entries: Vec<Vec<u8>> = stats
+        .iter()
+        .map(|p| std::fs::read(p.with_extension("")).unwrap())
+        .collect();
+    let again = Server::start_with_env(
+        crate::BIN,
+        Server::dir(),
+        &text,
+        &[("RAMJET_WASM_CACHE", &cache_env)],
+    );
+    assert!(again.get("/a/ok").text().starts_with("Hello, "));
+    let seen = crate::poll_until(|| {
+        let seen: Vec<String> = stats
+            .iter()
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .collect();
+        seen.iter()
+            .all(|t| t.contains("usages = 100001"))
+            .then_some(seen)
+    });
+    for (t, (path, before)) in seen.iter().zip(stats.iter().zip(&entries)) {
+        assert!(
+            t.contains("optimized-compression = 3"),
+            "{}: {t}",
+            path.display()
+        );
+        let after = std::fs::read(path.with_extension("")).unwrap();
+        assert!(after == *before, "{} was rewritten", path.display());
+    }
+}
+
+/// The `.stats` files of the cache's entries under `dir`.
+fn stats_files(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            found.extend(stats_files(&path));
+        } else if path.extension().is_some_and(|x| x == "stats") {
+            found.push(path);
+        }
+    }
+    found
+}
+
 /// Files under `dir`, recursively.
 fn walk(dir: &Path) -> usize {
     std::fs::read_dir(dir)
