@@ -619,7 +619,7 @@ fn a_changed_module_is_picked_up_on_reload_and_compiled_code_is_cached() {
     let s = Server::start_with_env(crate::BIN, dir, &text, &[("RAMJET_WASM_CACHE", &cache_env)]);
     assert!(s.get("/m/ok").text().starts_with("Hello, "));
     let cached = crate::poll_until(|| {
-        let n = walk(&cache);
+        let n = files_under(&cache).len();
         (n > 0).then_some(n)
     });
     assert!(cached > 0);
@@ -657,7 +657,10 @@ fn cached_modules_loaded_many_times_are_not_recompressed_by_the_server() {
         Server::start_with_env(crate::BIN, dir, &text, &[("RAMJET_WASM_CACHE", &cache_env)]);
     assert!(s.get("/a/ok").text().starts_with("Hello, "));
     let stats = crate::poll_until(|| {
-        let found = stats_files(&cache);
+        let found: Vec<PathBuf> = files_under(&cache)
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|x| x == "stats"))
+            .collect();
         (found.len() == 2).then_some(found)
     });
     s.stop();
@@ -696,38 +699,18 @@ fn cached_modules_loaded_many_times_are_not_recompressed_by_the_server() {
     }
 }
 
-/// The `.stats` files of the cache's entries under `dir`.
-fn stats_files(dir: &Path) -> Vec<PathBuf> {
+/// Files under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return found;
-    };
-    for e in entries.flatten() {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let path = e.path();
         if path.is_dir() {
-            found.extend(stats_files(&path));
-        } else if path.extension().is_some_and(|x| x == "stats") {
+            found.extend(files_under(&path));
+        } else {
             found.push(path);
         }
     }
     found
-}
-
-/// Files under `dir`, recursively.
-fn walk(dir: &Path) -> usize {
-    std::fs::read_dir(dir)
-        .map(|d| {
-            d.flatten()
-                .map(|e| {
-                    if e.path().is_dir() {
-                        walk(&e.path())
-                    } else {
-                        1
-                    }
-                })
-                .sum()
-        })
-        .unwrap_or(0)
 }
 
 /// The example mounted on a server started under `ulimit -v KB`.
