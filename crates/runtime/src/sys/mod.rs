@@ -33,7 +33,7 @@ pub use memory::trim_heap;
 pub use process::{child_pidfd, cloexec_inherited, pin_to_cpu, raise_nofile_limit, send_signal};
 pub use ready_set::ReadySet;
 pub use receive::recv_discard;
-pub use residency::{blocking_warm, drop_from_page_cache, is_resident};
+pub use residency::{blocking_warm, drop_from_page_cache, is_resident, was_read_in};
 pub use send::{sendfile, writev_more};
 pub use socket::{
     bind_address_no_port, defer_accept, duplicate, max_segment, paced, set_congestion_control,
