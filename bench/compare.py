@@ -372,8 +372,11 @@ def run_load(client, server, profile, duration, ramjet_bin):
     return r
 
 
-def idle_connections(server, count):
-    """Hold `count` idle keep-alive connections (each made one request); KB of RSS each."""
+def idle_connections(server, count, hold):
+    """Hold `count` idle keep-alive connections (each made one request) for `hold` seconds
+    after the last answer; KB of RSS each. An idle connection is one that has been idle a
+    while: a server may give back memory for those (ramjet parks a connection idle for 1 s
+    and trims its heap after), so RSS is read after `hold`, the same for every server."""
     port = PORTS[server.name]
     req = b"GET /100.bin HTTP/1.1\r\nHost: b\r\n\r\n"
     # Warm the server's allocator and caches with the same request first.
@@ -398,7 +401,7 @@ def idle_connections(server, count):
                 if not chunk:
                     raise RuntimeError("closed")
                 got += chunk
-        time.sleep(1.0)
+        time.sleep(hold)
         held = server.rss_kb()
         alive = sum(1 for s in socks if s.fileno() >= 0)
     finally:
@@ -552,7 +555,7 @@ def report(results, servers, clients, args, out):
             lines.append(f"| {profile} | {' > '.join(ow)} | {' > '.join(orr)} | {'yes' if ow == orr else 'no'} |")
         lines.append("")
     if results.get("idle"):
-        lines += [f"## Idle keep-alive connections ({args.idle} held)", "",
+        lines += [f"## Idle keep-alive connections ({args.idle} held, RSS read {args.idle_hold:g} s after the last answer)", "",
                   "| server | RSS before (KB) | RSS held (KB) | KB per connection | vs nginx |", "|---|---|---|---|---|"]
         base = results["idle"].get("nginx")
         for name in servers:
@@ -667,6 +670,8 @@ def main():
     ap.add_argument("--client", default="wrk", choices=["wrk", "ramjet", "both"],
                     help="load generator: wrk, ramjet (ramjet bench) or both")
     ap.add_argument("--idle", type=int, default=10000, help="idle connections to hold (0: skip)")
+    ap.add_argument("--idle-hold", type=float, default=3.0,
+                    help="seconds the idle connections are held after the last answer before RSS is read")
     ap.add_argument("--cold", type=int, default=2, help="cold 1 GiB downloads (0: skip)")
     ap.add_argument("--single", type=int, default=3,
                     help="rounds of single downloads of a sparse 5 GiB and a cold 2 GiB file (0: skip)")
@@ -727,7 +732,7 @@ def run(args):
         for name in servers:
             srv = Server(name, args.ramjet)
             try:
-                results["idle"][name] = idle_connections(srv, args.idle)
+                results["idle"][name] = idle_connections(srv, args.idle, args.idle_hold)
                 print(f"idle {name}: {results['idle'][name]}", flush=True)
             except Exception as e:  # a peer that cannot hold them is reported, not fatal
                 print(f"idle {name}: failed: {e}", flush=True)
