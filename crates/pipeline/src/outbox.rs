@@ -16,18 +16,15 @@ use tokio::net::TcpStream;
 
 use crate::response::{Body, BodySource, Part};
 
+mod paced_size;
+
 /// Most bytes per sendfile call: one download cannot hold its worker longer than this takes
 /// (DESIGN.md §1: 256 KiB chunks roughly doubled throughput over unbounded calls here).
 const SENDFILE_CHUNK: u64 = 256 * 1024;
 
-/// Most bytes per sendfile call on a socket the kernel paces itself (BBR, see
-/// [`sys::paced`]): about one unit of the kernel's segmentation offload. A larger call hands
-/// TCP a burst whose later segments each wait for a pacing timer (an interrupt, and in a
-/// VM an exit); one unit per turn, with the worker's other connections served in between,
-/// spaces the sends so that few wait. Under BBR, 100 MB to 4 discarding clients went 4x
-/// faster than with 256 KiB calls; under cubic, 64 KiB calls cost 0.55-0.85x, hence two
-/// sizes (bench/results/2026-11-27-congestion/).
-const PACED_CHUNK: u64 = 64 * 1024;
+/// A body longer than this, to a socket the kernel paces itself (BBR, see [`sys::paced`]),
+/// goes in calls of the size the worker chose ([`paced_size`]).
+const PACED_CHUNK: u64 = paced_size::SMALL;
 
 /// When a chunk is not in the page cache, the blocking pool reads this much ahead.
 const WARM_WINDOW: u64 = 8 * 1024 * 1024;
@@ -45,16 +42,41 @@ fn whole_segments(most: u64, mss: Option<usize>) -> u64 {
     }
 }
 
-/// Most bytes per sendfile call for a body of `len` bytes: whole segments of a pacing
-/// sink's offload unit, of [`SENDFILE_CHUNK`] for a long body, else the body at once.
-/// Asks the sink nothing about a body no chunk would cut.
-fn chunk_size<S: Sink>(len: u64, sink: &S) -> u64 {
+/// How a body of `len` bytes is cut into sendfile calls. Asks the sink nothing about a body
+/// no chunk would cut.
+fn cut<S: Sink>(len: u64, sink: &S) -> Cut {
     if len > PACED_CHUNK && sink.paced() {
-        whole_segments(PACED_CHUNK, sink.max_segment())
+        Cut::Paced(sink.max_segment())
     } else if len > SENDFILE_CHUNK {
-        whole_segments(SENDFILE_CHUNK, sink.max_segment())
+        Cut::Fixed(whole_segments(SENDFILE_CHUNK, sink.max_segment()))
     } else {
-        SENDFILE_CHUNK
+        Cut::Fixed(SENDFILE_CHUNK)
+    }
+}
+
+/// The calls a long body is cut into.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Cut {
+    /// At most this many bytes each.
+    Fixed(u64),
+    /// Whole segments (of this size, where known) of the worker's paced call size.
+    Paced(Option<usize>),
+}
+
+impl Cut {
+    /// Most bytes for the next call.
+    fn chunk(self) -> u64 {
+        match self {
+            Cut::Fixed(n) => n,
+            Cut::Paced(mss) => whole_segments(paced_size::size(), mss),
+        }
+    }
+
+    /// A call sent `bytes`.
+    fn sent(self, bytes: u64) {
+        if let Cut::Paced(_) = self {
+            paced_size::sent(bytes);
+        }
     }
 }
 
@@ -429,7 +451,7 @@ pub(crate) trait Sink {
         None
     }
     /// Whether the kernel paces this sink's sends itself ([`sys::paced`]): long bodies then
-    /// go in calls of [`PACED_CHUNK`].
+    /// go in calls of the worker's paced size ([`paced_size`]).
     fn paced(&self) -> bool {
         false
     }
@@ -498,14 +520,14 @@ async fn send_file<S: Sink>(
     // a second, 4 connections, discarding receiver; bench/results/2026-11-25-static-ab/):
     // the tail segments cost nothing next to what the cork held back.
     let mut sent = 0u64;
-    let chunk = chunk_size(len, sink);
+    let cut = cut(len, sink);
     // The window being read ahead, which starts at `resident_to`: bytes below it were found
     // in the page cache (or read in) a moment ago.
     let mut ahead: Option<Ahead> = None;
     let mut resident_to = offset;
     while sent < len {
         let pos = offset + sent;
-        let n = (len - sent).min(chunk);
+        let n = (len - sent).min(cut.chunk());
         // Past what was last found cached: while no window is being read ahead, probe up to
         // RESIDENT_SPAN, not one probe per 256 KiB chunk (a hot 100 MB file went at 65.1
         // instead of 61.7 responses a second: 4 connections, discarding receiver, median of
@@ -553,6 +575,7 @@ async fn send_file<S: Sink>(
                 )))
             }
             Ok(k) => {
+                cut.sent(k as u64);
                 sent += k as u64;
                 *written += k as u64;
                 if let Some(p) = progress {

@@ -504,9 +504,11 @@ fn a_long_body_goes_out_in_chunks_of_the_connections_segments() {
         assert!(!Sink::paced(&t));
         if ramjet_runtime::sys::set_congestion_control(t.socket(), "bbr").is_ok() {
             assert!(Sink::paced(&t));
-            let chunk = super::chunk_size(100 << 20, &t);
+            let cut = super::cut(100 << 20, &t);
+            assert_eq!(cut, super::Cut::Paced(Some(mss as usize)));
+            // A worker starts with the small paced size.
             assert_eq!(
-                chunk,
+                cut.chunk(),
                 super::whole_segments(super::PACED_CHUNK, Some(mss as usize))
             );
         }
@@ -633,4 +635,22 @@ fn chunked_sends(mss: usize, paced: bool, cases: &[(u64, Vec<usize>)]) {
         assert!(sink.out.into_inner()[1..] == data, "{len} bytes differ");
         assert_eq!(&sink.calls.into_inner(), calls, "{len}");
     }
+}
+
+#[test]
+fn a_paced_sink_is_given_the_workers_chosen_size_in_whole_segments() {
+    let large = super::paced_size::LARGE;
+    super::paced_size::set(large);
+    // 1 MiB of segments of 30,000 bytes: 34 segments, 1,020,000 bytes a call.
+    let unit = large / 30_000 * 30_000;
+    chunked_sends(
+        30_000,
+        true,
+        &[
+            (2 * unit + 1, vec![unit as usize, unit as usize, 1]),
+            // At most the small size: at once, whatever the chosen size.
+            (super::PACED_CHUNK, vec![super::PACED_CHUNK as usize]),
+        ],
+    );
+    super::paced_size::set(super::paced_size::SMALL);
 }

@@ -1,0 +1,246 @@
+//! The size of the `sendfile` calls a long body goes out in where TCP paces the socket,
+//! chosen by each worker from what the two candidate sizes cost it.
+//!
+//! Under BBR without an `fq` qdisc, TCP paces each socket with a timer: a segment handed
+//! over before its pacing time waits for a timer interrupt of its own. Whether the segments
+//! of a large call come early depends on BBR's pacing rate against how fast this host
+//! pushes segments through, which changes with the host and with BBR's estimate:
+//! - on 2026-11-27's host, 64 KiB calls (one offload unit) were 4x faster than 256 KiB;
+//! - on 2026-11-28's, 2 MiB calls were 1.2-1.3x faster than 64 KiB, and with the pacing
+//!   rate capped just under what BBR chose (`SO_MAX_PACING_RATE`), 0.6x
+//!   (bench/results/2026-11-28-paced-call/).
+//!
+//! No per-call signal told the two apart there, so the worker measures the cost instead:
+//! its CPU time per byte sent in paced calls, over windows of [`WINDOW`] bytes, with the
+//! two sizes alternating for a trial; the cheaper is then kept for [`KEEP`] windows, and
+//! the trial repeats, since the pacing rate moves. The large size must be clearly cheaper
+//! ([`MARGIN`]), because it also holds the worker longer per call.
+
+use std::cell::RefCell;
+
+/// The small size: about one unit of the kernel's segmentation offload.
+pub(super) const SMALL: u64 = 64 * 1024;
+/// The large size. nginx's `sendfile_max_chunk` is 2 MiB; 1 MiB keeps a call's hold on the
+/// worker (about half a millisecond to a loopback reader here) nearer the 256 KiB chunk
+/// of unpaced sockets.
+pub(super) const LARGE: u64 = 1024 * 1024;
+/// Paced bytes per measurement window: about 8 ms of this host's 4 GB/s.
+const WINDOW: u64 = 32 * 1024 * 1024;
+/// Windows per size in a trial; the sizes alternate window by window, so that a change in
+/// the host's speed during the trial weighs on both alike.
+const TRIAL: u32 = 16;
+/// Windows the chosen size is kept before the next trial.
+const KEEP: u32 = 256;
+/// The large size is chosen when it costs at most this share of the small one's CPU time
+/// per byte.
+const MARGIN: f64 = 0.95;
+
+/// One worker's choice, fed with the bytes its paced calls sent and its CPU clock.
+#[derive(Debug)]
+pub(crate) struct Chooser {
+    /// The size calls are made in now.
+    size: u64,
+    /// Paced bytes in the window so far.
+    bytes: u64,
+    /// The CPU clock when the window started, once a window has.
+    start: Option<u64>,
+    /// A trial under way: windows left, and CPU nanoseconds and bytes per size.
+    trial: Option<Trial>,
+    /// Windows the kept size has left.
+    kept: u32,
+}
+
+#[derive(Debug, Default)]
+struct Trial {
+    windows: u32,
+    small: (u64, u64),
+    large: (u64, u64),
+}
+
+impl Default for Chooser {
+    fn default() -> Chooser {
+        Chooser {
+            size: SMALL,
+            bytes: 0,
+            start: None,
+            trial: Some(Trial::default()),
+            kept: 0,
+        }
+    }
+}
+
+impl Chooser {
+    /// The size of the next paced call.
+    pub(crate) fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// A paced call sent `bytes`. `clock` (CPU nanoseconds) is read only when a window
+    /// starts or ends.
+    pub(crate) fn sent(&mut self, bytes: u64, clock: impl FnOnce() -> u64) {
+        if bytes == 0 {
+            return;
+        }
+        let Some(start) = self.start else {
+            self.start = Some(clock());
+            self.bytes = bytes;
+            return;
+        };
+        self.bytes += bytes;
+        if self.bytes < WINDOW {
+            return;
+        }
+        let now = clock();
+        self.window_done(now.saturating_sub(start), self.bytes);
+        self.start = Some(now);
+        self.bytes = 0;
+    }
+
+    /// A window of `bytes` took `cpu` nanoseconds at the current size: count it, and pick
+    /// the size of the next one.
+    fn window_done(&mut self, cpu: u64, bytes: u64) {
+        let Some(trial) = self.trial.as_mut() else {
+            self.kept = self.kept.saturating_sub(1);
+            if self.kept == 0 {
+                self.trial = Some(Trial::default());
+                self.size = SMALL;
+            }
+            return;
+        };
+        let tally = if self.size == LARGE {
+            &mut trial.large
+        } else {
+            &mut trial.small
+        };
+        tally.0 += cpu;
+        tally.1 += bytes;
+        trial.windows += 1;
+        if trial.windows < 2 * TRIAL {
+            self.size = if self.size == LARGE { SMALL } else { LARGE };
+            return;
+        }
+        let per_byte = |(cpu, bytes): (u64, u64)| cpu as f64 / bytes.max(1) as f64;
+        self.size = if per_byte(trial.large) <= MARGIN * per_byte(trial.small) {
+            LARGE
+        } else {
+            SMALL
+        };
+        self.trial = None;
+        self.kept = KEEP;
+    }
+}
+
+thread_local! {
+    /// This worker's choice: a worker is one thread, and its connections share it.
+    static CHOOSER: RefCell<Chooser> = RefCell::new(Chooser::default());
+}
+
+/// The size of this worker's next paced call.
+pub(super) fn size() -> u64 {
+    CHOOSER.with(|c| c.borrow().size())
+}
+
+/// This worker's paced call sent `bytes`.
+pub(super) fn sent(bytes: u64) {
+    CHOOSER.with(|c| {
+        c.borrow_mut()
+            .sent(bytes, ramjet_runtime::sys::thread_cpu_nanos)
+    });
+}
+
+/// Make this thread's worker send paced calls of `size` until its next window ends.
+#[cfg(test)]
+pub(super) fn set(size: u64) {
+    CHOOSER.with(|c| c.borrow_mut().size = size);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds whole windows that cost `small` and `large` CPU nanoseconds per byte, and
+    /// returns the sizes of the calls made, window by window.
+    fn run(chooser: &mut Chooser, windows: u32, small: u64, large: u64) -> Vec<u64> {
+        let mut clock = 1_000u64;
+        let mut sizes = Vec::new();
+        if chooser.start.is_none() {
+            chooser.sent(1, || clock);
+            chooser.bytes = 0;
+        }
+        for _ in 0..windows {
+            let size = chooser.size();
+            sizes.push(size);
+            let cost = if size == LARGE { large } else { small };
+            let mut left = WINDOW;
+            while left > 0 {
+                let k = left.min(size);
+                left -= k;
+                clock += k * cost;
+                chooser.sent(k, || clock);
+            }
+        }
+        sizes
+    }
+
+    #[test]
+    fn a_trial_alternates_the_sizes_then_keeps_the_cheaper() {
+        let mut c = Chooser::default();
+        assert_eq!(c.size(), SMALL, "the first calls are the safe size");
+        let sizes = run(&mut c, 2 * TRIAL, 10, 5);
+        let expected: Vec<u64> = (0..2 * TRIAL)
+            .map(|i| if i % 2 == 0 { SMALL } else { LARGE })
+            .collect();
+        assert_eq!(sizes, expected);
+        assert_eq!(c.size(), LARGE);
+        // Kept for KEEP windows, then a new trial starts with the small size.
+        assert!(run(&mut c, KEEP, 10, 5).iter().all(|&s| s == LARGE));
+        assert_eq!(c.size(), SMALL);
+    }
+
+    #[test]
+    fn where_large_calls_cost_more_the_small_size_is_kept() {
+        let mut c = Chooser::default();
+        run(&mut c, 2 * TRIAL, 10, 16);
+        assert_eq!(c.size(), SMALL);
+        assert!(run(&mut c, KEEP, 10, 16).iter().all(|&s| s == SMALL));
+        // The next trial tries the large size again: the host may have changed.
+        let sizes = run(&mut c, 2, 10, 16);
+        assert_eq!(sizes, vec![SMALL, LARGE]);
+    }
+
+    #[test]
+    fn the_large_size_must_be_clearly_cheaper() {
+        // 0.9x the small size's cost is chosen; 0.975x (within the margin) is not.
+        let mut c = Chooser::default();
+        run(&mut c, 2 * TRIAL, 40, 36);
+        assert_eq!(c.size(), LARGE);
+        let mut c = Chooser::default();
+        run(&mut c, 2 * TRIAL, 40, 39);
+        assert_eq!(c.size(), SMALL);
+    }
+
+    #[test]
+    fn the_clock_is_read_once_a_window() {
+        let mut c = Chooser::default();
+        let mut reads = 0;
+        for _ in 0..(3 * WINDOW / SMALL) {
+            c.sent(SMALL, || {
+                reads += 1;
+                reads * 1_000
+            });
+        }
+        // The first call starts the first window; each of the three windows ends once.
+        assert_eq!(reads, 4);
+        // An empty call counts nothing and reads nothing.
+        c.sent(0, || unreachable!());
+    }
+
+    #[test]
+    fn a_stopped_clock_or_a_window_with_no_cost_does_not_panic() {
+        let mut c = Chooser::default();
+        for _ in 0..(4 * TRIAL as u64 * WINDOW / LARGE) {
+            c.sent(LARGE, || 0);
+        }
+        assert!(c.size() == SMALL || c.size() == LARGE);
+    }
+}
