@@ -20,9 +20,9 @@ use std::cell::RefCell;
 
 /// The small size: about one unit of the kernel's segmentation offload.
 pub(super) const SMALL: u64 = 64 * 1024;
-/// The large size. nginx's `sendfile_max_chunk` is 2 MiB; 1 MiB keeps a call's hold on the
-/// worker (about half a millisecond to a loopback reader here) nearer the 256 KiB chunk
-/// of unpaced sockets.
+/// The large size. nginx's `sendfile_max_chunk` is 2 MiB (a call took 0.5-1 ms to a
+/// loopback reader here); 1 MiB halves a call's hold on the worker, which the choice by
+/// CPU cost does not weigh: the other connections' wait.
 pub(super) const LARGE: u64 = 1024 * 1024;
 /// Paced bytes per measurement window: about 8 ms of this host's 4 GB/s.
 const WINDOW: u64 = 32 * 1024 * 1024;
@@ -44,7 +44,8 @@ pub(crate) struct Chooser {
     bytes: u64,
     /// The CPU clock when the window started, once a window has.
     start: Option<u64>,
-    /// A trial under way: windows left, and CPU nanoseconds and bytes per size.
+    /// A trial under way: the windows it has measured, and CPU nanoseconds and bytes per
+    /// size.
     trial: Option<Trial>,
     /// Windows the kept size has left.
     kept: u32,
