@@ -44,13 +44,18 @@ pub(crate) struct Chooser {
     bytes: u64,
     /// The CPU clock when the window started, once a window has.
     start: Option<u64>,
-    /// A trial under way: the windows it has measured, and CPU nanoseconds and bytes per
-    /// size.
-    trial: Option<Trial>,
-    /// Windows the kept size has left.
-    kept: u32,
+    phase: Phase,
 }
 
+#[derive(Debug)]
+enum Phase {
+    /// The sizes alternate, each window measured.
+    Trial(Trial),
+    /// The chosen size is kept for this many more windows.
+    Keep(u32),
+}
+
+/// What a trial has measured: its windows so far, and CPU nanoseconds and bytes per size.
 #[derive(Debug, Default)]
 struct Trial {
     windows: u32,
@@ -64,8 +69,7 @@ impl Default for Chooser {
             size: SMALL,
             bytes: 0,
             start: None,
-            trial: Some(Trial::default()),
-            kept: 0,
+            phase: Phase::Trial(Trial::default()),
         }
     }
 }
@@ -100,13 +104,16 @@ impl Chooser {
     /// A window of `bytes` took `cpu` nanoseconds at the current size: count it, and pick
     /// the size of the next one.
     fn window_done(&mut self, cpu: u64, bytes: u64) {
-        let Some(trial) = self.trial.as_mut() else {
-            self.kept = self.kept.saturating_sub(1);
-            if self.kept == 0 {
-                self.trial = Some(Trial::default());
-                self.size = SMALL;
+        let trial = match &mut self.phase {
+            Phase::Trial(trial) => trial,
+            Phase::Keep(left) => {
+                *left = left.saturating_sub(1);
+                if *left == 0 {
+                    self.phase = Phase::Trial(Trial::default());
+                    self.size = SMALL;
+                }
+                return;
             }
-            return;
         };
         let tally = if self.size == LARGE {
             &mut trial.large
@@ -126,8 +133,7 @@ impl Chooser {
         } else {
             SMALL
         };
-        self.trial = None;
-        self.kept = KEEP;
+        self.phase = Phase::Keep(KEEP);
     }
 }
 
