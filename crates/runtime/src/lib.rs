@@ -6,6 +6,7 @@
 //! [`Server`] is the handle the main thread uses to reload and stop them; [`signals`] turns
 //! Unix signals into [`signals::Signal`]s. The worker knows nothing of HTTP.
 
+pub mod busy;
 pub mod child;
 pub mod group_commit;
 mod lazy_timer;

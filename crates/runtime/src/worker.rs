@@ -187,11 +187,7 @@ where
         let (inject_tx, inject_rx) = mpsc::unbounded_channel();
         injectors.push(inject_tx);
         let make = make.clone();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .max_blocking_threads(blocking_threads.max(1))
-            .thread_name(format!("ramjet-blk{index}"))
-            .build()?;
+        let runtime = worker_runtime(index, blocking_threads)?;
         let thread = std::thread::Builder::new()
             .name(format!("ramjet-w{index}"))
             .spawn(move || {
@@ -217,6 +213,21 @@ where
             next: Arc::new(AtomicUsize::new(0)),
         },
     })
+}
+
+/// Worker `index`'s runtime: one thread, its blocking pool, and the park hooks that keep
+/// its busy time (`crate::busy`).
+pub(crate) fn worker_runtime(
+    index: usize,
+    blocking_threads: usize,
+) -> io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(blocking_threads.max(1))
+        .thread_name(format!("ramjet-blk{index}"))
+        .on_thread_park(crate::busy::parked)
+        .on_thread_unpark(crate::busy::unparked)
+        .build()
 }
 
 async fn run_worker<W, F>(

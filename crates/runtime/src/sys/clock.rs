@@ -20,39 +20,10 @@ pub fn unix_seconds() -> u64 {
     u64::try_from(t.tv_sec).unwrap_or(0)
 }
 
-/// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`), in nanoseconds. On a
-/// kernel without `CONFIG_IRQ_TIME_ACCOUNTING` this includes the interrupts and softirqs
-/// taken while the thread ran.
-pub fn thread_cpu_nanos() -> u64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `t` is a live timespec for the call to write; the thread CPU clock exists on
-    // every Linux this runs on, and on failure `t` stays zero.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::{SystemTime, UNIX_EPOCH};
-
-    #[test]
-    fn the_thread_cpu_clock_counts_this_threads_work_only() {
-        let before = thread_cpu_nanos();
-        let mut x = 0u64;
-        for i in 0..5_000_000u64 {
-            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
-        }
-        let spun = thread_cpu_nanos() - before;
-        assert!(spun > 0, "{x}");
-        // A sleeping thread uses (almost) none.
-        let before = thread_cpu_nanos();
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        assert!(thread_cpu_nanos() - before < 40_000_000);
-    }
 
     #[test]
     fn the_coarse_second_is_the_wall_clocks_within_a_tick() {

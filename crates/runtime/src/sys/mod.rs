@@ -21,7 +21,7 @@ pub mod upgrade;
 mod walk;
 
 pub use activation::take_activated_listeners;
-pub use clock::{thread_cpu_nanos, unix_seconds};
+pub use clock::unix_seconds;
 pub use file::{
     append_cached, blocking_read_dir, is_symlink_loop, needs_blocking_open, open_beneath,
     open_beneath_cached, open_cached, open_owner_matched, read_at, read_at_cached, read_cached,
