@@ -620,7 +620,14 @@ struct Ahead {
 /// Start reading `[pos, pos+len)` of `file` into the page cache on the blocking pool.
 fn warm(file: &Arc<File>, pos: u64, len: u64) -> ramjet_observe::stats::Blocking<io::Result<()>> {
     let f = file.clone();
-    ramjet_observe::stats::spawn_blocking(move || sys::blocking_warm(&f, pos, len))
+    ramjet_observe::stats::spawn_blocking(move || {
+        let r = sys::blocking_warm(&f, pos, len);
+        #[cfg(test)]
+        if r.is_ok() {
+            tests::warmed(&f, pos, len);
+        }
+        r
+    })
 }
 
 /// Most bytes of a chunk-size line: 16 hex digits and CRLF.
