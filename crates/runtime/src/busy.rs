@@ -8,9 +8,9 @@
 //! built with it (as Ubuntu's kernels are): there, interrupt time is charged to no thread.
 //!
 //! Off, a park costs one thread-local flag read; on, two reads of the monotonic clock.
-//! [`start`] turns it on for the calling thread and [`nanos`] reads it; the runtime's park
-//! hooks ([`parked`], [`unparked`]) are set on each worker's runtime by [`crate::start`]. On a thread without those
-//! hooks (a test's), busy time is the wall time since [`start`].
+//! [`start`] turns it on for the calling thread and [`nanos`] reads it; the park hooks
+//! ([`parked`], [`unparked`]) are set on each worker's runtime by [`crate::start`]. On a
+//! thread without those hooks (a test's), busy time is the wall time since [`start`].
 
 use std::cell::Cell;
 use std::time::Instant;
