@@ -4,11 +4,12 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use ramjet_config::UpstreamAddr;
-use ramjet_runtime::LazyTimer;
+use ramjet_runtime::{sys, LazyTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::time::Instant;
@@ -37,32 +38,42 @@ pub struct Io {
     /// once per exchange (a `Sleep` per exchange cost about 560 of a proxied request's
     /// 18,000 instructions).
     head_timer: LazyTimer,
+    /// Found connected by the kernel before the reactor reported the socket writable, so
+    /// tokio would refuse the first write until a turn of the event loop: that write goes
+    /// to the kernel directly.
+    unannounced: AtomicBool,
 }
 
 impl Io {
-    /// Connect within `timeout` (a timeout is `ErrorKind::TimedOut`).
+    /// Connect within `timeout` (a timeout is `ErrorKind::TimedOut`). A TCP connection the
+    /// kernel completes within `connect` (a backend on this host) is asked whether it is up
+    /// at once; only one still under way waits for the reactor, and a timer.
     pub async fn connect(addr: &UpstreamAddr, timeout: Duration) -> io::Result<Io> {
-        let connect = async {
-            match addr {
-                UpstreamAddr::Tcp(a) => {
-                    let s = TcpStream::connect(a).await?;
-                    // Heads and small bodies go out at once, not after the peer's delayed ACK.
-                    s.set_nodelay(true)?;
-                    Ok(Sock::Tcp(s))
-                }
-                UpstreamAddr::Unix(p) => Ok(Sock::Unix(UnixStream::connect(p).await?)),
+        let io = |sock, unannounced| Io {
+            sock,
+            head_timer: LazyTimer::default(),
+            unannounced: AtomicBool::new(unannounced),
+        };
+        let a = match addr {
+            UpstreamAddr::Tcp(a) => a,
+            UpstreamAddr::Unix(p) => {
+                let s = within(timeout, UnixStream::connect(p)).await?;
+                return Ok(io(Sock::Unix(s), false));
             }
         };
-        match tokio::time::timeout(timeout, connect).await {
-            Ok(r) => r.map(|sock| Io {
-                sock,
-                head_timer: LazyTimer::default(),
-            }),
-            Err(_) => Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("no connection within {timeout:?}"),
-            )),
+        let s = TcpStream::from_std(sys::start_connect(a)?)?;
+        if sys::connect_outcome(&s)? {
+            return Ok(io(Sock::Tcp(s), true));
         }
+        within(timeout, async {
+            s.writable().await?;
+            match s.take_error()? {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
+        })
+        .await?;
+        Ok(io(Sock::Tcp(s), false))
     }
 
     pub(crate) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -101,6 +112,11 @@ impl Io {
 
     fn try_write_vectored(&self, b: &[io::IoSlice<'_>]) -> io::Result<usize> {
         match &self.sock {
+            // A load, not a swap: a plain read on every pooled write.
+            Sock::Tcp(s) if self.unannounced.load(Ordering::Relaxed) => {
+                self.unannounced.store(false, Ordering::Relaxed);
+                sys::send_now(s, b)
+            }
             Sock::Tcp(s) => s.try_write_vectored(b),
             Sock::Unix(s) => s.try_write_vectored(b),
         }
@@ -181,6 +197,20 @@ impl Io {
     }
 }
 
+/// `connect` within `timeout`, its lapse an `ErrorKind::TimedOut` error.
+async fn within<T>(
+    timeout: Duration,
+    connect: impl std::future::Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    match tokio::time::timeout(timeout, connect).await {
+        Ok(r) => r,
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no connection within {timeout:?}"),
+        )),
+    }
+}
+
 impl AsyncRead for Io {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -200,7 +230,17 @@ impl AsyncWrite for Io {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match &mut self.get_mut().sock {
+        let io = self.get_mut();
+        if let Sock::Tcp(s) = &io.sock {
+            if io.unannounced.load(Ordering::Relaxed) {
+                io.unannounced.store(false, Ordering::Relaxed);
+                match sys::send_now(s, &[io::IoSlice::new(buf)]) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    r => return Poll::Ready(r),
+                }
+            }
+        }
+        match &mut io.sock {
             Sock::Tcp(s) => Pin::new(s).poll_write(cx, buf),
             Sock::Unix(s) => Pin::new(s).poll_write(cx, buf),
         }
@@ -218,5 +258,65 @@ impl AsyncWrite for Io {
             Sock::Tcp(s) => Pin::new(s).poll_shutdown(cx),
             Sock::Unix(s) => Pin::new(s).poll_shutdown(cx),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::Future;
+    use std::io::Read;
+
+    /// Poll `f` once, as the worker would before any turn of its event loop.
+    fn poll_once<F: Future>(f: F) -> Poll<F::Output> {
+        let mut f = std::pin::pin!(f);
+        f.as_mut()
+            .poll(&mut Context::from_waker(std::task::Waker::noop()))
+    }
+
+    #[test]
+    fn a_backend_on_this_host_is_connected_and_written_to_without_a_turn_of_the_event_loop() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = UpstreamAddr::Tcp(l.local_addr().unwrap());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let Poll::Ready(io) = poll_once(Io::connect(&addr, Duration::from_secs(5))) else {
+                panic!("connect waited for the reactor");
+            };
+            let io = io.unwrap();
+            let Poll::Ready(sent) =
+                poll_once(io.write_all(&[b"GET ", b"/"], Duration::from_secs(5)))
+            else {
+                panic!("the first write waited for the reactor");
+            };
+            sent.unwrap();
+            // Later writes go through the reactor's readiness as before.
+            io.write_all(&[b" HTTP/1.1"], Duration::from_secs(5))
+                .await
+                .unwrap();
+        });
+        let (mut s, _) = l.accept().unwrap();
+        let mut got = [0u8; 14];
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"GET / HTTP/1.1");
+    }
+
+    #[test]
+    fn a_refused_connection_is_an_error_of_connect() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = UpstreamAddr::Tcp(l.local_addr().unwrap());
+        drop(l);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let e = rt
+            .block_on(Io::connect(&addr, Duration::from_secs(5)))
+            .err()
+            .expect("nothing listens there");
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
     }
 }

@@ -237,6 +237,53 @@ fn down_backends_are_502_and_slow_ones_504_each_logged() {
     s.assert_clean_log(&["upstream app", "out of service"]);
 }
 
+/// A backend whose handshake never completes (its accept queue is full, so the kernel drops
+/// the SYNs) is a 504 after `connect_timeout`, and so is every request while it stays so; a
+/// backend that completes handshakes at once is reached without that wait.
+#[test]
+fn a_backend_that_never_completes_the_handshake_is_504_after_the_connect_timeout() {
+    use ramjet_runtime::sys::{connect_outcome, start_connect};
+    let l = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    l.bind(&any.into()).unwrap();
+    l.listen(0).unwrap();
+    let addr = l.local_addr().unwrap().as_socket().unwrap();
+    // Fill the accept queue: the first connection that stays under way shows it is full.
+    let mut fillers = Vec::new();
+    for _ in 0..8 {
+        let c = start_connect(&addr).unwrap();
+        let up = connect_outcome(&c).unwrap();
+        fillers.push(c);
+        if !up {
+            break;
+        }
+    }
+    assert!(
+        !connect_outcome(fillers.last().unwrap()).unwrap(),
+        "the accept queue never filled"
+    );
+    let s = proxy_to(&[addr.to_string()], "connect_timeout = \"1s\"", "", &[]);
+    for _ in 0..2 {
+        let t = Instant::now();
+        let r = s.get("/x");
+        let waited = t.elapsed();
+        assert_eq!(r.status, 504);
+        assert!(
+            waited >= Duration::from_millis(900),
+            "504 after {waited:?}: before the connect timeout"
+        );
+    }
+    assert!(
+        s.wait_for_log(
+            &format!("upstream app ({addr}): connect: no connection within 1s"),
+            Duration::from_secs(5)
+        ),
+        "{:?}",
+        s.stderr()
+    );
+    s.assert_clean_log(&["upstream app"]);
+}
+
 /// A pooled connection keeps one timer for its response heads, armed by the exchange before:
 /// the timeout still counts from each request, neither ending a later wait at the earlier
 /// exchange's deadline nor letting it run on past its own.

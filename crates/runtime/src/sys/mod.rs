@@ -6,6 +6,7 @@
 
 mod activation;
 mod clock;
+mod connect;
 mod file;
 mod inotify;
 mod mapping;
@@ -22,6 +23,7 @@ mod walk;
 
 pub use activation::take_activated_listeners;
 pub use clock::unix_seconds;
+pub use connect::{connect_outcome, start_connect};
 pub use file::{
     append_cached, blocking_read_dir, is_symlink_loop, needs_blocking_open, open_beneath,
     open_beneath_cached, open_cached, open_owner_matched, read_at, read_at_cached, read_cached,
@@ -34,7 +36,7 @@ pub use process::{child_pidfd, cloexec_inherited, pin_to_cpu, raise_nofile_limit
 pub use ready_set::ReadySet;
 pub use receive::recv_discard;
 pub use residency::{blocking_warm, drop_from_page_cache, is_resident, was_read_in};
-pub use send::{sendfile, writev_more};
+pub use send::{send_now, sendfile, writev_more};
 pub use socket::{
     bind_address_no_port, defer_accept, duplicate, max_segment, paced, set_congestion_control,
     shutdown_write, unsent_bytes,

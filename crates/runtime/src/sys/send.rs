@@ -25,3 +25,15 @@ pub fn writev_more(socket: &impl AsFd, bufs: &[io::IoSlice<'_>]) -> io::Result<u
         SendFlags::MORE | SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
     )?)
 }
+
+/// `sendmsg(bufs)` on a non-blocking socket, made whatever the reactor last reported: for
+/// a connection [`super::connect_outcome`] found up before the reactor has seen it writable.
+pub fn send_now(socket: &impl AsFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    use rustix::net::{sendmsg, SendAncillaryBuffer, SendFlags};
+    Ok(sendmsg(
+        socket,
+        bufs,
+        &mut SendAncillaryBuffer::default(),
+        SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+    )?)
+}
