@@ -4,6 +4,7 @@
 # forwarding to bench/minhttpd.c (100-byte answers) on 127.0.0.1:18190. 2,000 requests at
 # -c 10 warm it up, then the counters are zeroed and N (20,000) more are counted.
 #   callgrind-proxy.sh [N]          BIN=/path/to/ramjet callgrind-proxy.sh   another build
+#   MINHTTPD_FLAGS=-x callgrind-proxy.sh    a backend that closes after each response
 N=${1:-20000}
 HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=$(realpath "${BIN:-/work/main/target/release/ramjet}")
@@ -28,7 +29,7 @@ root = "$W/local"
 handlers = ["static", "proxy"]
 proxy = "app"
 EOF
-"$W/minhttpd" -p 18190 -c 1 -s 100 -a 127.0.0.1 >/dev/null 2>&1 &
+"$W/minhttpd" -p 18190 -c 1 -s 100 -a 127.0.0.1 $MINHTTPD_FLAGS >/dev/null 2>&1 &
 M=$!
 cd "$W" || exit 1
 valgrind --tool=callgrind --dump-instr=no "$BIN" serve -c "$W/r.toml" > vg.log 2>&1 &
