@@ -57,21 +57,23 @@ impl Io {
         let a = match addr {
             UpstreamAddr::Tcp(a) => a,
             UpstreamAddr::Unix(p) => {
-                let s = within(timeout, UnixStream::connect(p)).await?;
+                let s = Box::pin(within(timeout, UnixStream::connect(p))).await?;
                 return Ok(io(Sock::Unix(s), false));
             }
         };
-        let s = TcpStream::from_std(sys::start_connect(a)?)?;
-        if sys::connect_outcome(&s)? {
+        let (s, up) = start_tcp(a)?;
+        if up {
             return Ok(io(Sock::Tcp(s), true));
         }
-        within(timeout, async {
+        // Boxed, like the UNIX connect: the waits' timer would otherwise enlarge every
+        // exchange's future, pooled ones included.
+        Box::pin(within(timeout, async {
             s.writable().await?;
             match s.take_error()? {
                 Some(e) => Err(e),
                 None => Ok(()),
             }
-        })
+        }))
         .await?;
         Ok(io(Sock::Tcp(s), false))
     }
@@ -195,6 +197,16 @@ impl Io {
         };
         matches!(r, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
+}
+
+/// A TCP connection to `addr`, begun and registered with the reactor, and whether it is
+/// up already. Not inlined: kept out of the exchange's future, whose code every exchange
+/// on a pooled connection runs.
+#[inline(never)]
+fn start_tcp(addr: &std::net::SocketAddr) -> io::Result<(TcpStream, bool)> {
+    let s = TcpStream::from_std(sys::start_connect(addr)?)?;
+    let up = sys::connect_outcome(&s)?;
+    Ok((s, up))
 }
 
 /// `connect` within `timeout`, its lapse an `ErrorKind::TimedOut` error.
