@@ -238,8 +238,8 @@ fn down_backends_are_502_and_slow_ones_504_each_logged() {
 }
 
 /// A backend whose handshake never completes (its accept queue is full, so the kernel drops
-/// the SYNs) is a 504 after `connect_timeout`, and so is every request while it stays so; a
-/// backend that completes handshakes at once is reached without that wait.
+/// the SYNs) is a 504 after `connect_timeout`, and so is every request while it stays so: the
+/// connect that finds the handshake under way waits for it, bounded, not for ever.
 #[test]
 fn a_backend_that_never_completes_the_handshake_is_504_after_the_connect_timeout() {
     use ramjet_runtime::sys::{connect_outcome, start_connect};
