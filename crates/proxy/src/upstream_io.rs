@@ -2,9 +2,9 @@
 //! (`try_read`/`try_write` after a wait) like the client side, so a read never copies
 //! through an intermediate buffer.
 
-use std::cell::Cell;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -41,7 +41,7 @@ pub struct Io {
     /// Found connected by the kernel before the reactor reported the socket writable, so
     /// tokio would refuse the first write until a turn of the event loop: that write goes
     /// to the kernel directly.
-    unannounced: Cell<bool>,
+    unannounced: AtomicBool,
 }
 
 impl Io {
@@ -52,7 +52,7 @@ impl Io {
         let io = |sock, unannounced| Io {
             sock,
             head_timer: LazyTimer::default(),
-            unannounced: Cell::new(unannounced),
+            unannounced: AtomicBool::new(unannounced),
         };
         let a = match addr {
             UpstreamAddr::Tcp(a) => a,
@@ -114,7 +114,11 @@ impl Io {
 
     fn try_write_vectored(&self, b: &[io::IoSlice<'_>]) -> io::Result<usize> {
         match &self.sock {
-            Sock::Tcp(s) if self.unannounced.take() => sys::send_now(s, b),
+            // A load, not a swap: a plain read on every pooled write.
+            Sock::Tcp(s) if self.unannounced.load(Ordering::Relaxed) => {
+                self.unannounced.store(false, Ordering::Relaxed);
+                sys::send_now(s, b)
+            }
             Sock::Tcp(s) => s.try_write_vectored(b),
             Sock::Unix(s) => s.try_write_vectored(b),
         }
@@ -240,7 +244,8 @@ impl AsyncWrite for Io {
     ) -> Poll<io::Result<usize>> {
         let io = self.get_mut();
         if let Sock::Tcp(s) = &io.sock {
-            if io.unannounced.take() {
+            if io.unannounced.load(Ordering::Relaxed) {
+                io.unannounced.store(false, Ordering::Relaxed);
                 match sys::send_now(s, &[io::IoSlice::new(buf)]) {
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     r => return Poll::Ready(r),

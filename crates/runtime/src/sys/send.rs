@@ -17,26 +17,23 @@ pub fn sendfile(
 /// `sendmsg(bufs, MSG_MORE)` on a non-blocking socket: the kernel holds the bytes back to
 /// coalesce them with what follows (a sendfile of the body), like TCP_CORK for one call.
 pub fn writev_more(socket: &impl AsFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-    send_with(socket, bufs, rustix::net::SendFlags::MORE)
-}
-
-/// `sendmsg(bufs)` on a non-blocking socket, made whatever the reactor last reported: for
-/// a connection [`super::connect_outcome`] found up before the reactor has seen it writable.
-pub fn send_now(socket: &impl AsFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-    send_with(socket, bufs, rustix::net::SendFlags::empty())
-}
-
-/// `sendmsg` without waiting and without SIGPIPE, plus `flags`.
-fn send_with(
-    socket: &impl AsFd,
-    bufs: &[io::IoSlice<'_>],
-    flags: rustix::net::SendFlags,
-) -> io::Result<usize> {
     use rustix::net::{sendmsg, SendAncillaryBuffer, SendFlags};
     Ok(sendmsg(
         socket,
         bufs,
         &mut SendAncillaryBuffer::default(),
-        flags | SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+        SendFlags::MORE | SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+    )?)
+}
+
+/// `sendmsg(bufs)` on a non-blocking socket, made whatever the reactor last reported: for
+/// a connection [`super::connect_outcome`] found up before the reactor has seen it writable.
+pub fn send_now(socket: &impl AsFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+    use rustix::net::{sendmsg, SendAncillaryBuffer, SendFlags};
+    Ok(sendmsg(
+        socket,
+        bufs,
+        &mut SendAncillaryBuffer::default(),
+        SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
     )?)
 }
