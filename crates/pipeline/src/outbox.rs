@@ -457,6 +457,10 @@ pub(crate) trait Sink {
     }
     /// Wait until the sink can take more, at most `timeout`.
     fn writable(&self, timeout: Duration) -> impl Future<Output = Result<(), WriteError>>;
+    /// `TCP_CORK` on or off around a long file body: only full segments leave while it is
+    /// on. A sink that meters its own writes (a rate limit) or frames them (TLS) leaves
+    /// this a no-op: a cork would hold each small piece back.
+    fn cork(&self, _on: bool) {}
     /// Whether bytes already taken are still held on this side (TLS records the socket
     /// did not take yet): a flush is over only when none are.
     #[inline]
@@ -492,6 +496,11 @@ impl Sink for TcpStream {
         sys::paced(self).unwrap_or(false)
     }
 
+    fn cork(&self, on: bool) {
+        // Only the segment sizes depend on it: a socket that refuses it is served as before.
+        let _ = sys::set_cork(self, on);
+    }
+
     async fn writable(&self, timeout: Duration) -> Result<(), WriteError> {
         match tokio::time::timeout(timeout, TcpStream::writable(self)).await {
             Ok(Ok(())) => Ok(()),
@@ -515,12 +524,20 @@ async fn send_file<S: Sink>(
     progress: Option<&AtomicU64>,
 ) -> Result<bool, WriteError> {
     let mut waited = false;
-    // Not corked: with TCP_CORK around long bodies (so that each 256 KiB chunk would not end
-    // in a short segment), 100 MB bodies went out at half the rate (35 against 63 requests
-    // a second, 4 connections, discarding receiver; bench/results/2026-11-25-static-ab/):
-    // the tail segments cost nothing next to what the cork held back.
     let mut sent = 0u64;
     let cut = cut(len, sink);
+    // Corked when it takes more than one call: every segment leaves full, the last at the
+    // uncork. sendfile moves 64 KiB of pages into the socket at a time and lets go of the
+    // socket between them; in that moment the other CPU, taking the client's ACKs, sends
+    // whatever the socket holds, so without the cork a 1 MiB call to a loopback client
+    // (segments of 65,483 bytes) went out in segments of 40 KB on average, not 65 KB. On
+    // this host that was 2,400 segments for a 100 MB body instead of 1,600, and 1.3x the
+    // server's CPU per response (bench/results/2026-11-28-cork/). An error ends the
+    // connection, so only success uncorks.
+    let corked = len > SENDFILE_CHUNK;
+    if corked {
+        sink.cork(true);
+    }
     // The window being read ahead, which starts at `resident_to`: bytes below it were found
     // in the page cache (or read in) a moment ago.
     let mut ahead: Option<Ahead> = None;
@@ -595,6 +612,9 @@ async fn send_file<S: Sink>(
             waited = true;
             tokio::task::yield_now().await;
         }
+    }
+    if corked {
+        sink.cork(false);
     }
     Ok(waited)
 }

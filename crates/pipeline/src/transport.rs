@@ -217,6 +217,12 @@ impl Sink for Transport {
         Sink::writable(self.socket(), timeout).await
     }
 
+    fn cork(&self, on: bool) {
+        if let Transport::Plain(s) = self {
+            Sink::cork(s, on)
+        }
+    }
+
     #[inline]
     fn has_held(&self) -> bool {
         match self {

@@ -592,10 +592,59 @@ fn a_long_body_goes_out_in_chunks_of_the_connections_segments() {
     });
 }
 
+/// The connection's transport corks its TCP socket for real; a long body leaves it
+/// uncorked when it is done.
+#[test]
+fn the_transport_corks_its_socket_around_a_long_body() {
+    use std::io::Read;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        let t = crate::transport::Transport::Plain(s);
+        Sink::cork(&t, true);
+        assert!(ramjet_runtime::sys::corked(t.socket()).unwrap());
+        Sink::cork(&t, false);
+        assert!(!ramjet_runtime::sys::corked(t.socket()).unwrap());
+        // A body of a chunk and a byte, to a reader on another thread.
+        let len = super::SENDFILE_CHUNK + 1;
+        let reader = std::thread::spawn(move || {
+            let mut c = c;
+            let mut got = Vec::new();
+            c.read_to_end(&mut got).unwrap();
+            got.len()
+        });
+        let mut f = tempfile::tempfile().unwrap();
+        f.write_all(&vec![7u8; len as usize]).unwrap();
+        let mut out = Outbox::default();
+        let resp = out.begin();
+        out.head(resp, |o| o.extend_from_slice(b"H"));
+        out.body(
+            resp,
+            Body::File {
+                file: Arc::new(f),
+                offset: 0,
+                len,
+            },
+            false,
+        );
+        out.flush(&t, Duration::from_secs(5), None).await.unwrap();
+        assert!(!ramjet_runtime::sys::corked(t.socket()).unwrap());
+        drop(t);
+        assert_eq!(reader.join().unwrap(), 1 + len as usize);
+    });
+}
+
 /// What a sink that asks for its own chunk size is given.
 struct Chunked {
     out: RefCell<Vec<u8>>,
     calls: RefCell<Vec<usize>>,
+    /// Every cork call: on or off, and how many sendfile calls came before it.
+    corks: RefCell<Vec<(bool, usize)>>,
     mss: usize,
     paced: bool,
 }
@@ -605,6 +654,7 @@ impl Chunked {
         Chunked {
             out: RefCell::new(Vec::new()),
             calls: RefCell::new(Vec::new()),
+            corks: RefCell::new(Vec::new()),
             mss,
             paced,
         }
@@ -635,6 +685,11 @@ impl Sink for Chunked {
 
     fn paced(&self) -> bool {
         self.paced
+    }
+
+    fn cork(&self, on: bool) {
+        let before = self.calls.borrow().len();
+        self.corks.borrow_mut().push((on, before));
     }
 
     async fn writable(&self, _timeout: Duration) -> Result<(), WriteError> {
@@ -709,6 +764,14 @@ fn chunked_sends(mss: usize, paced: bool, cases: &[(u64, Vec<usize>)]) {
         rt.block_on(out.flush(&sink, Duration::from_secs(5), None))
             .unwrap();
         assert!(sink.out.into_inner()[1..] == data, "{len} bytes differ");
+        // Corked before the first call and uncorked after the last, when longer than a
+        // chunk; never otherwise.
+        let corks = if len > super::SENDFILE_CHUNK {
+            vec![(true, 0), (false, calls.len())]
+        } else {
+            vec![]
+        };
+        assert_eq!(sink.corks.into_inner(), corks, "{len}");
         assert_eq!(&sink.calls.into_inner(), calls, "{len}");
     }
 }

@@ -265,3 +265,55 @@ fn redirect_locations_send_clients_on_with_the_rest_of_the_path() {
     );
     s.assert_clean_log(&[]);
 }
+
+/// A long body arrives in full segments: corked while sendfile fills the socket, the kernel
+/// never sends the part of a segment filled so far. Seen from the receiving socket: its
+/// bytes over its data segments (`TCP_INFO`) against the sender's segment size. The receiver drops
+/// the body in the kernel as it comes (`MSG_TRUNC`), as fast a reader as there is: without
+/// the cork its segments came to about 40 KB of loopback's 65 KB.
+#[test]
+fn a_long_body_arrives_in_full_segments() {
+    use std::io::{Read, Write};
+    const LEN: usize = 32 << 20;
+    let s = server_with(&[("big.bin", &bytes(LEN, 3))], "");
+    let addr: std::net::SocketAddr = s.url("").trim_start_matches("http://").parse().unwrap();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let mut scratch = vec![std::mem::MaybeUninit::<u8>::uninit(); 1 << 20];
+    for _ in 0..2 {
+        stream
+            .write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        // The head, a byte at a time, so that none of the body is read here.
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut b = [0u8];
+            stream.read_exact(&mut b).unwrap();
+            head.push(b[0]);
+        }
+        assert!(head.starts_with(b"HTTP/1.1 200"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut left = LEN;
+        while left > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{left} bytes never came"
+            );
+            let want = left.min(scratch.len());
+            match ramjet_runtime::sys::recv_discard(&stream, &mut scratch[..want]) {
+                Ok(0) => panic!("closed with {left} bytes to come"),
+                Ok(n) => left -= n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    let (segments, mss) = ramjet_runtime::sys::data_segments_in(&stream).unwrap();
+    let (segments, mss) = (segments as usize, mss as usize);
+    let per_segment = 2 * LEN / segments;
+    assert!(
+        per_segment * 10 >= mss * 9,
+        "{} bytes came in {segments} segments, {per_segment} each; segments of {mss}",
+        2 * LEN
+    );
+    s.assert_clean_log(&[]);
+}

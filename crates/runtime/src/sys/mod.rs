@@ -38,8 +38,8 @@ pub use receive::recv_discard;
 pub use residency::{blocking_warm, drop_from_page_cache, is_resident, was_read_in};
 pub use send::{send_now, sendfile, writev_more};
 pub use socket::{
-    bind_address_no_port, defer_accept, duplicate, max_segment, paced, set_congestion_control,
-    shutdown_write, unsent_bytes,
+    bind_address_no_port, corked, data_segments_in, defer_accept, duplicate, max_segment, paced,
+    set_congestion_control, set_cork, shutdown_write, unsent_bytes,
 };
 pub use spawner::{pipe, Program, Spawner};
 pub use walk::openat2_available;

@@ -132,6 +132,44 @@ fn paces(name: &[u8]) -> bool {
     name.starts_with(b"bbr")
 }
 
+/// `TCP_CORK` on: the kernel sends only full segments until it is off again. Off sends
+/// what it held at once.
+pub fn set_cork(socket: &impl std::os::fd::AsFd, on: bool) -> io::Result<()> {
+    rustix::net::sockopt::set_tcp_cork(socket, on).map_err(io::Error::from)
+}
+
+/// Whether `TCP_CORK` is on.
+pub fn corked(socket: &impl std::os::fd::AsFd) -> io::Result<bool> {
+    rustix::net::sockopt::tcp_cork(socket).map_err(io::Error::from)
+}
+
+/// A receiver's view of the segments it was sent (`TCP_INFO`): how many carried data
+/// (`tcpi_data_segs_in`), and the segment size it estimates the sender uses, from the
+/// largest it has seen (`tcpi_rcv_mss`).
+pub fn data_segments_in(socket: &impl std::os::fd::AsFd) -> io::Result<(u32, u32)> {
+    use std::os::fd::AsRawFd;
+    let mut info = std::mem::MaybeUninit::<libc::tcp_info>::zeroed();
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the descriptor is borrowed open for the call; `info` is a live, zeroed
+    // tcp_info and `len` its size, the most the kernel writes.
+    let rc = unsafe {
+        libc::getsockopt(
+            socket.as_fd().as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: zeroed, then written in part by the kernel: every field is an integer, for
+    // which any bytes are a value.
+    let info = unsafe { info.assume_init() };
+    Ok((info.tcpi_data_segs_in, info.tcpi_rcv_mss))
+}
+
 /// `shutdown(SHUT_WR)`: send the FIN now, keep reading.
 pub fn shutdown_write(socket: &impl std::os::fd::AsFd) -> io::Result<()> {
     rustix::net::shutdown(socket, rustix::net::Shutdown::Write).map_err(io::Error::from)
