@@ -288,13 +288,37 @@ fn fill(out: &mut Outbox, resps: &[Resp], file: &Arc<File>, faults: bool) -> (Ve
     (expect, bodies)
 }
 
-/// Flush `out` into `sink` on a fresh current-thread runtime.
-fn flush_on_runtime(out: &mut Outbox, sink: &Script) -> Result<(), WriteError> {
+/// Run `f` to its end on a fresh current-thread runtime.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap()
-        .block_on(out.flush(sink, Duration::from_secs(1), None))
+        .block_on(f)
+}
+
+/// Flush `out` into `sink` on a fresh current-thread runtime.
+fn flush_on_runtime(out: &mut Outbox, sink: &Script) -> Result<(), WriteError> {
+    block_on(out.flush(sink, Duration::from_secs(1), None))
+}
+
+/// An outbox holding one response: the head "H" and `data` as a file body.
+fn file_response(data: &[u8]) -> Outbox {
+    let mut f = tempfile::tempfile().unwrap();
+    f.write_all(data).unwrap();
+    let mut out = Outbox::default();
+    let resp = out.begin();
+    out.head(resp, |o| o.extend_from_slice(b"H"));
+    out.body(
+        resp,
+        Body::File {
+            file: Arc::new(f),
+            offset: 0,
+            len: data.len() as u64,
+        },
+        false,
+    );
+    out
 }
 
 fn flush(resps: &[Resp], seed: u64, zeros: bool, errors: bool) {
@@ -520,12 +544,7 @@ fn a_cold_file_is_read_on_the_pool_ahead_of_every_send() {
             out: RefCell::new(Vec::new()),
             sendfiles: Cell::new(0),
         };
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(out.flush(&sink, Duration::from_secs(5), None))
-            .unwrap();
+        block_on(out.flush(&sink, Duration::from_secs(5), None)).unwrap();
         let got = sink.out.into_inner();
         let head = b"HTTP/1.1 206 Partial Content\r\n\r\n".len();
         assert_eq!(got.len() - head, (LEN - offset) as usize, "sparse {sparse}");
@@ -557,11 +576,7 @@ fn a_long_bodys_sendfiles_are_whole_segments() {
 #[test]
 fn a_long_body_goes_out_in_chunks_of_the_connections_segments() {
     use std::os::fd::AsFd;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    block_on(async {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let c = tokio::net::TcpStream::connect(l.local_addr().unwrap())
             .await
@@ -597,11 +612,7 @@ fn a_long_body_goes_out_in_chunks_of_the_connections_segments() {
 #[test]
 fn the_transport_corks_its_socket_around_a_long_body() {
     use std::io::Read;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    block_on(async {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (s, _) = l.accept().await.unwrap();
@@ -618,20 +629,7 @@ fn the_transport_corks_its_socket_around_a_long_body() {
             c.read_to_end(&mut got).unwrap();
             got.len()
         });
-        let mut f = tempfile::tempfile().unwrap();
-        f.write_all(&vec![7u8; len as usize]).unwrap();
-        let mut out = Outbox::default();
-        let resp = out.begin();
-        out.head(resp, |o| o.extend_from_slice(b"H"));
-        out.body(
-            resp,
-            Body::File {
-                file: Arc::new(f),
-                offset: 0,
-                len,
-            },
-            false,
-        );
+        let mut out = file_response(&vec![7u8; len as usize]);
         out.flush(&t, Duration::from_secs(5), None).await.unwrap();
         assert!(!ramjet_runtime::sys::corked(t.socket()).unwrap());
         drop(t);
@@ -738,31 +736,12 @@ fn a_paced_sink_is_given_one_offload_unit_of_whole_segments_per_call() {
 /// Flush a head and a file body of each length through a [`Chunked`] sink; check the bytes
 /// and the sendfile calls.
 fn chunked_sends(mss: usize, paced: bool, cases: &[(u64, Vec<usize>)]) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     for (len, calls) in cases {
         let len = *len;
         let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
-        let mut f = tempfile::tempfile().unwrap();
-        f.write_all(&data).unwrap();
-        let mut out = Outbox::default();
-        let resp = out.begin();
-        out.head(resp, |o| o.extend_from_slice(b"H"));
-        let file = Arc::new(f);
-        out.body(
-            resp,
-            Body::File {
-                file,
-                offset: 0,
-                len,
-            },
-            false,
-        );
+        let mut out = file_response(&data);
         let sink = Chunked::new(mss, paced);
-        rt.block_on(out.flush(&sink, Duration::from_secs(5), None))
-            .unwrap();
+        block_on(out.flush(&sink, Duration::from_secs(5), None)).unwrap();
         assert!(sink.out.into_inner()[1..] == data, "{len} bytes differ");
         // Corked before the first call and uncorked after the last, when longer than a
         // chunk; never otherwise.
