@@ -526,14 +526,15 @@ async fn send_file<S: Sink>(
     let mut waited = false;
     let mut sent = 0u64;
     let cut = cut(len, sink);
-    // Corked when it takes more than one call: every segment leaves full, the last at the
-    // uncork. sendfile moves 64 KiB of pages into the socket at a time and lets go of the
-    // socket between them; in that moment the other CPU, taking the client's ACKs, sends
-    // whatever the socket holds, so without the cork a 1 MiB call to a loopback client
-    // (segments of 65,483 bytes) went out in segments of 40 KB on average, not 65 KB. On
-    // this host that was 2,400 segments for a 100 MB body instead of 1,600, and 1.3x the
-    // server's CPU per response (bench/results/2026-11-28-cork/). An error ends the
-    // connection, so only success uncorks.
+    // Corked when longer than one chunk: every segment leaves full, the last at the uncork.
+    // sendfile moves 64 KiB of pages into the socket at a time and lets go of the socket
+    // between them; in that moment the other CPU, taking the client's ACKs, sends whatever
+    // the socket holds, so uncorked a 1 MiB call to a loopback client (segments of 65,483
+    // bytes) went out in segments of 40 KB on average: 2,450 data segments for a 100 MB
+    // body instead of 1,690 (bench/results/2026-11-28-cork/). Bodies of 100-200 KB corked
+    // came in no fewer segments at c50 and mostly cost more CPU, so shorter ones are not.
+    // (On 2026-11-25's host a cork halved the 100 MB rate; this host does not reproduce
+    // that.) An error ends the connection, so only success uncorks.
     let corked = len > SENDFILE_CHUNK;
     if corked {
         sink.cork(true);
