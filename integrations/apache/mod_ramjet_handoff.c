@@ -697,19 +697,19 @@ static void *APR_THREAD_FUNC take_over_main(apr_thread_t *thd, void *data)
  * children and the next generation's are reading it) for up to two seconds. */
 static int pass_back(handed_t *h, int n)
 {
+    /* Bounded by time, 1 ms between tries: the socket is not connected, so polling it for
+     * POLLOUT answers at once from its own send buffer and says nothing of the full queue
+     * it sends to: 200 polled tries could pass in no time while ramjet, trying every 2 ms,
+     * kept the queue (10 datagrams by default) full through a restart. */
     int tries;
-    for (tries = 0; tries < 200; tries++) {
-        struct pollfd p;
+    for (tries = 0; tries < 2000; tries++) {
         if (pass_on(h, n)) {
             return 1;
         }
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
             return 0;
         }
-        p.fd = listen_fd;
-        p.events = POLLOUT;
-        p.revents = 0;
-        poll(&p, 1, 10);
+        poll(NULL, 0, 1);
     }
     return 0;
 }
