@@ -25,6 +25,8 @@ PROFILES = [
     ("0B c50", "/empty.bin", 50, []),
     ("4KB c50", "/4k.bin", 50, []),
     ("4KB pipelined x4 c50", "/4k.bin", 50, ["--pipeline", "4"]),
+    # A new connection per request: accept, the connection's task and its registration.
+    ("4KB no keep-alive c50", "/4k.bin", 50, ["--no-keepalive"]),
     ("21.5KB c50 (sendfile)", "/21k.bin", 50, []),
     ("100KB c50 (sendfile)", "/100k.bin", 50, []),
     # Large files: the body dropped in the client's kernel (recv MSG_TRUNC), so the

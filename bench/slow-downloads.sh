@@ -11,6 +11,7 @@
 # default 4096), READ_EVERY (client read period, default 2s), SERVERS (server processes),
 # TCP_MEM (net.ipv4.tcp_mem "low pressure high" in pages for the run, restored after; by
 # default the kernel's own, which it sizes from RAM),
+# BIN (a ramjet build to serve, default this tree's, built first),
 # SERVER (ramjet, or nginx: the same run against nginx with SERVERS worker processes,
 # sendfile, the same send buffer and the same CPU, for the memory comparison).
 set -euo pipefail
@@ -28,7 +29,9 @@ READ_EVERY=${READ_EVERY:-2s}
 # Connection attempts in flight per client process: more ramps faster but overflows the
 # servers' accept queues when the CPU is saturated (the dropped handshakes become timeouts).
 CONNECT_CONCURRENCY=${CONNECT_CONCURRENCY:-64}
-BIN=target/release/ramjet
+# BIN: another build to measure (then nothing is built); the client is always this tree's.
+BIN=${BIN:-}
+LOAD=target/release/ramjet
 SERVER=${SERVER:-ramjet}
 WORK=$(mktemp -d /tmp/ramjet-slow.XXXXXX)
 HARD=$(ulimit -Hn)
@@ -37,7 +40,8 @@ HARD=$(ulimit -Hn)
 SERVERS=${SERVERS:-$(( (N * 10 / 7 + HARD - 1) / HARD ))}
 [ "$SERVERS" -ge 1 ] || SERVERS=1
 mkdir -p "$OUT" "$WORK/www"
-cargo build --release --quiet
+BIN_GIVEN=$BIN
+[ -n "$BIN" ] || { cargo build --release --quiet; BIN=$LOAD; }
 head -c $((16 << 20)) /dev/urandom > "$WORK/www/file.bin"
 # Readable by a server that drops privileges (nginx workers run as www-data).
 chmod 755 "$WORK" "$WORK/www"; chmod 644 "$WORK/www/file.bin"
@@ -121,7 +125,7 @@ base_rss=$(rss_all)
 ) &
 sampler=$!
 
-CMD=("$BIN" bench --slow -c "$N" -d "$DURATION" --throttle "$RATE" --recv-buffer "$RECV_BUFFER" --read-every "$READ_EVERY" --connect-concurrency "$CONNECT_CONCURRENCY" --cpus 1 --no-progress "http://127.0.0.1:$PORT/file.bin")
+CMD=("$LOAD" bench --slow -c "$N" -d "$DURATION" --throttle "$RATE" --recv-buffer "$RECV_BUFFER" --read-every "$READ_EVERY" --connect-concurrency "$CONNECT_CONCURRENCY" --cpus 1 --no-progress "http://127.0.0.1:$PORT/file.bin")
 start=$(date +%s)
 # The kernel's TCP counters that explain stalls: accept-queue overflows, memory pressure
 # (entries, and milliseconds spent under it), receive-queue pruning and drops, and
@@ -142,7 +146,7 @@ read -r peak_inuse peak_mem peak_rss < "$WORK/peak" || true
   echo "# Slow downloads: $N connections at $RATE each for $DURATION"
   echo
   echo "Run $(date -u '+%F %H:%M UTC') on $(nproc) CPUs, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r)."
-  echo "Command: \`${TCP_MEM:+TCP_MEM=\"$TCP_MEM\" }${NETDEV_MAX_BACKLOG:+NETDEV_MAX_BACKLOG=$NETDEV_MAX_BACKLOG }SERVER=$SERVER SERVERS=$SERVERS READ_EVERY=$READ_EVERY SEND_BUFFER=$SEND_BUFFER CONNECT_CONCURRENCY=$CONNECT_CONCURRENCY bench/slow-downloads.sh $N $RATE $DURATION\`, which ran \`${CMD[*]}\`"
+  echo "Command: \`${TCP_MEM:+TCP_MEM=\"$TCP_MEM\" }${NETDEV_MAX_BACKLOG:+NETDEV_MAX_BACKLOG=$NETDEV_MAX_BACKLOG }SERVER=$SERVER ${BIN_GIVEN:+BIN=$BIN }SERVERS=$SERVERS READ_EVERY=$READ_EVERY SEND_BUFFER=$SEND_BUFFER CONNECT_CONCURRENCY=$CONNECT_CONCURRENCY bench/slow-downloads.sh $N $RATE $DURATION\`, which ran \`${CMD[*]}\`"
   if [ "$SERVER" = nginx ]; then
     echo "against nginx $(nginx -v 2>&1 | sed 's/.*\///') with $SERVERS worker processes (reuseport, sendfile, open_file_cache, \`sndbuf=$SEND_BUFFER\`, all on CPU 0) serving a 16 MiB file; client SO_RCVBUF $RECV_BUFFER, one read per connection every $READ_EVERY."
   else
