@@ -62,22 +62,12 @@ pub fn encode(path: &[u8], out: &mut Vec<u8>) {
 
 /// Normalise `target` (origin-form path and query). An empty path (from "http://h?q") is "/".
 pub fn normalize(target: &str) -> Result<CleanPath<'_>, PathError> {
-    // Plain scans, not memchr: a path is short, and memchr's setup cost more than the scan.
-    let (raw_path, query) = match target.bytes().position(|b| b == b'?') {
-        Some(q) => (&target[..q], Some(&target[q + 1..])),
-        None => (target, None),
-    };
-    // A fragment never belongs in a request target; drop it like a browser would.
-    let raw_path = match raw_path.bytes().position(|b| b == b'#') {
-        Some(h) => &raw_path[..h],
-        None => raw_path,
-    };
-    let raw_path = if raw_path.is_empty() { "/" } else { raw_path };
+    let (raw_path, query, work) = split(target);
     if !raw_path.starts_with('/') {
         return Err(PathError::NotAbsolute);
     }
     let bytes = raw_path.as_bytes();
-    if !needs_work(bytes) {
+    if !work {
         return Ok(CleanPath {
             path: Cow::Borrowed(bytes),
             query,
@@ -92,24 +82,48 @@ pub fn normalize(target: &str) -> Result<CleanPath<'_>, PathError> {
     })
 }
 
-/// Whether a path (starting with `/`) must be decoded or cleaned: it holds `%` or NUL, a
-/// `.` or `..` segment, or an empty segment before the last (`//`). One pass: every
-/// request's path comes through here.
-fn needs_work(bytes: &[u8]) -> bool {
-    let mut start = 1;
-    for (i, &b) in bytes.iter().enumerate().skip(1) {
+/// Split a target into its path, up to the first `?` or `#` (an empty one is `/`), and its
+/// query, after the first `?` (a fragment after it stays in it: the query is passed on as
+/// received). Also tell whether the path must be decoded or cleaned: it holds `%` or NUL, a
+/// `.` or `..` segment, or an empty segment before the last (`//`). One pass over the path,
+/// plain compares rather than memchr (a path is short, and memchr's setup cost more than
+/// the scan): every request's target comes through here.
+fn split(target: &str) -> (&str, Option<&str>, bool) {
+    let bytes = target.as_bytes();
+    let mut end = bytes.len();
+    let mut work = false;
+    // Where the segment being read starts (after the first `/`).
+    let mut segment = 1;
+    for (i, &b) in bytes.iter().enumerate() {
         match b {
-            b'%' | 0 => return true,
-            b'/' => {
-                if matches!(&bytes[start..i], b"" | b"." | b"..") {
-                    return true;
-                }
-                start = i + 1;
+            b'?' | b'#' => {
+                end = i;
+                break;
+            }
+            b'%' | 0 => work = true,
+            b'/' if i > 0 => {
+                work |= matches!(&bytes[segment..i], b"" | b"." | b"..");
+                segment = i + 1;
             }
             _ => {}
         }
     }
-    matches!(&bytes[start..], b"." | b"..")
+    if end == 0 {
+        // Nothing before the query or fragment: the root, with nothing to clean.
+        return ("/", query_after(target, 0), false);
+    }
+    work |= matches!(&bytes[segment.min(end)..end], b"." | b"..");
+    (&target[..end], query_after(target, end), work)
+}
+
+/// The query of a target whose path ends at `end`: after the first `?` from there (a path
+/// ended by a fragment may still have one after it).
+fn query_after(target: &str, end: usize) -> Option<&str> {
+    match target.as_bytes().get(end) {
+        None => None,
+        Some(b'?') => Some(&target[end + 1..]),
+        Some(_) => target[end..].find('?').map(|q| &target[end + q + 1..]),
+    }
 }
 
 fn decode(bytes: &[u8]) -> Result<Vec<u8>, PathError> {
@@ -177,34 +191,51 @@ mod tests {
         normalize(t).map(|c| c.path.into_owned())
     }
 
-    /// The check as it was written before the one-pass [`needs_work`]: the reference.
-    fn needs_work_by_splitting(bytes: &[u8]) -> bool {
+    /// The split and check as they were written before the one-pass [`split`]: the
+    /// reference. Three passes: the query, the fragment, then the path's segments.
+    fn split_in_three_passes(target: &str) -> (&str, Option<&str>, bool) {
+        let (raw_path, query) = match target.find('?') {
+            Some(q) => (&target[..q], Some(&target[q + 1..])),
+            None => (target, None),
+        };
+        let raw_path = match raw_path.find('#') {
+            Some(h) => &raw_path[..h],
+            None => raw_path,
+        };
+        let raw_path = if raw_path.is_empty() { "/" } else { raw_path };
+        let bytes = raw_path.as_bytes();
         let segments = bytes[1..].split(|&b| b == b'/').count();
-        bytes.iter().any(|&b| b == b'%' || b == 0)
+        let work = bytes.iter().any(|&b| b == b'%' || b == 0)
             || bytes[1..]
                 .split(|&b| b == b'/')
                 .enumerate()
-                .any(|(i, seg)| seg == b"." || seg == b".." || (seg.is_empty() && i + 1 < segments))
+                .any(|(i, seg)| {
+                    seg == b"." || seg == b".." || (seg.is_empty() && i + 1 < segments)
+                });
+        (raw_path, query, work)
     }
 
     #[test]
-    fn the_one_pass_check_agrees_with_splitting_on_every_short_path() {
-        // Every path of up to 6 bytes after the `/` from an alphabet of the bytes that
-        // matter, and some longer ones.
-        let alphabet = [b'a', b'.', b'/', b'%', 0];
-        let mut paths: Vec<Vec<u8>> = vec![b"/".to_vec()];
-        let mut frontier = paths.clone();
-        for _ in 0..6 {
-            let mut next = Vec::new();
-            for p in &frontier {
-                for &c in &alphabet {
-                    let mut q = p.clone();
-                    q.push(c);
-                    next.push(q);
+    fn the_one_pass_split_agrees_with_three_passes_on_every_short_target() {
+        // Every target of up to 6 bytes after a `/`, and of up to 5 from nothing, from an
+        // alphabet of the bytes that matter, and some longer ones.
+        let alphabet = [b'a', b'.', b'/', b'%', 0, b'?', b'#'];
+        let mut targets: Vec<Vec<u8>> = Vec::new();
+        for (first, depth) in [(b"/".to_vec(), 6), (Vec::new(), 5)] {
+            let mut frontier = vec![first];
+            targets.extend(frontier.iter().cloned());
+            for _ in 0..depth {
+                let mut next = Vec::new();
+                for p in &frontier {
+                    for &c in &alphabet {
+                        let mut q = p.clone();
+                        q.push(c);
+                        next.push(q);
+                    }
                 }
+                targets.extend(next.iter().cloned());
+                frontier = next;
             }
-            paths.extend(next.iter().cloned());
-            frontier = next;
         }
         for long in [
             "/a/b/c/d.txt",
@@ -214,11 +245,21 @@ mod tests {
             "/x/..",
             "/x/...",
             "/.a/..b/",
+            "/x/..?q=/..",
+            "/x/.#f?q",
+            "/a?b#c?d",
         ] {
-            paths.push(long.as_bytes().to_vec());
+            targets.push(long.as_bytes().to_vec());
         }
-        for p in &paths {
-            assert_eq!(needs_work(p), needs_work_by_splitting(p), "{p:?}");
+        for t in &targets {
+            let t = std::str::from_utf8(t).unwrap();
+            let (path, query, work) = split(t);
+            if !path.starts_with('/') {
+                // Refused as not absolute whatever the rest says.
+                assert_eq!(path, split_in_three_passes(t).0, "{t:?}");
+                continue;
+            }
+            assert_eq!((path, query, work), split_in_three_passes(t), "{t:?}");
         }
     }
 
