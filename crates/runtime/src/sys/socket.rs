@@ -66,29 +66,51 @@ pub fn unsent_bytes(fd: std::os::fd::RawFd) -> io::Result<u64> {
     }
 }
 
-/// The connection's maximum segment size (`TCP_MAXSEG`): the payload of one full TCP
-/// segment, of which the kernel's send units are multiples.
-pub fn max_segment(socket: &impl std::os::fd::AsFd) -> io::Result<usize> {
+/// Values a TCP-level `getsockopt` may read into: plain integers, or structures and arrays
+/// of them, for which any bytes the kernel writes (or leaves zeroed) are a value. Private:
+/// implemented here for exactly those types.
+trait Integers: Copy {}
+
+impl Integers for libc::c_int {}
+impl Integers for [u8; 16] {}
+impl Integers for libc::tcp_info {}
+
+/// Read TCP option `option` (`IPPROTO_TCP` level) of `socket` into a zeroed `T`, and how
+/// many bytes of it the kernel wrote. For the options rustix does not offer, or offers only
+/// by allocating.
+fn tcp_option<T: Integers>(
+    socket: &impl std::os::fd::AsFd,
+    option: libc::c_int,
+) -> io::Result<(T, usize)> {
     use std::os::fd::AsRawFd;
-    let mut mss: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: the descriptor is borrowed open for the call; `mss` and `len` are live and
-    // describe a c_int, the size TCP_MAXSEG reads into.
+    let mut value = std::mem::MaybeUninit::<T>::zeroed();
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: the descriptor is borrowed open for the call; `value` is live, zeroed and
+    // `len` bytes long, the most the kernel writes into it.
     let rc = unsafe {
         libc::getsockopt(
             socket.as_fd().as_raw_fd(),
             libc::IPPROTO_TCP,
-            libc::TCP_MAXSEG,
-            &mut mss as *mut libc::c_int as *mut libc::c_void,
+            option,
+            value.as_mut_ptr().cast(),
             &mut len,
         )
     };
-    if rc == 0 && mss > 0 {
-        Ok(mss as usize)
-    } else if rc == 0 {
-        Err(io::ErrorKind::InvalidData.into())
-    } else {
-        Err(io::Error::last_os_error())
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: zeroed, then written in part by the kernel; `T` is `Integers`: integers, or
+    // structures and arrays of them, for which any bytes are a value.
+    let value = unsafe { value.assume_init() };
+    Ok((value, (len as usize).min(std::mem::size_of::<T>())))
+}
+
+/// The connection's maximum segment size (`TCP_MAXSEG`): the payload of one full TCP
+/// segment, of which the kernel's send units are multiples.
+pub fn max_segment(socket: &impl std::os::fd::AsFd) -> io::Result<usize> {
+    match tcp_option::<libc::c_int>(socket, libc::TCP_MAXSEG)? {
+        (mss, _) if mss > 0 => Ok(mss as usize),
+        _ => Err(io::ErrorKind::InvalidData.into()),
     }
 }
 
@@ -97,27 +119,11 @@ pub fn max_segment(socket: &impl std::os::fd::AsFd) -> io::Result<usize> {
 /// TCP then paces each socket with a timer: of a burst of segments handed over at once,
 /// each that comes early waits for a timer interrupt of its own. (The other algorithms
 /// the kernel ships, cubic and reno among them, ask for no pacing.) The name is read onto
-/// the stack: rustix's `tcp_congestion` would allocate a `String` for each long body.
+/// the stack (16 bytes, the kernel's `TCP_CA_NAME_MAX`): rustix's `tcp_congestion` would
+/// allocate a `String` for each long body.
 pub fn paced(socket: &impl std::os::fd::AsFd) -> io::Result<bool> {
-    use std::os::fd::AsRawFd;
-    // TCP_CA_NAME_MAX: the longest name the kernel writes.
-    let mut name = [0u8; 16];
-    let mut len = name.len() as libc::socklen_t;
-    // SAFETY: the descriptor is borrowed open for the call; `name` is a live 16-byte buffer
-    // and `len` says so, and the kernel writes at most `len` bytes of the name into it.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_fd().as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_CONGESTION,
-            name.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(paces(&name[..(len as usize).min(name.len())]))
+    let (name, len) = tcp_option::<[u8; 16]>(socket, libc::TCP_CONGESTION)?;
+    Ok(paces(&name[..len]))
 }
 
 /// Give one TCP connection a congestion control of its own (`TCP_CONGESTION`): an error
@@ -147,26 +153,7 @@ pub fn corked(socket: &impl std::os::fd::AsFd) -> io::Result<bool> {
 /// (`tcpi_data_segs_in`), and the segment size it estimates the sender uses, from the
 /// largest it has seen (`tcpi_rcv_mss`).
 pub fn data_segments_in(socket: &impl std::os::fd::AsFd) -> io::Result<(u32, u32)> {
-    use std::os::fd::AsRawFd;
-    let mut info = std::mem::MaybeUninit::<libc::tcp_info>::zeroed();
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: the descriptor is borrowed open for the call; `info` is a live, zeroed
-    // tcp_info and `len` its size, the most the kernel writes.
-    let rc = unsafe {
-        libc::getsockopt(
-            socket.as_fd().as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            info.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: zeroed, then written in part by the kernel: every field is an integer, for
-    // which any bytes are a value.
-    let info = unsafe { info.assume_init() };
+    let (info, _) = tcp_option::<libc::tcp_info>(socket, libc::TCP_INFO)?;
     Ok((info.tcpi_data_segs_in, info.tcpi_rcv_mss))
 }
 
@@ -210,5 +197,27 @@ mod tests {
         // Not a TCP socket: an error, not a guess.
         let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         assert!(paced(&u).is_err());
+    }
+
+    #[test]
+    fn a_connected_socket_reads_back_its_segment_size_and_the_segments_it_got() {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        let mss = max_segment(&c).unwrap();
+        // Loopback's MTU is 65,536 bytes; whatever the interface, a segment carries data.
+        assert!((536..=65_536).contains(&mss), "{mss}");
+        assert_eq!(data_segments_in(&s).unwrap().0, 0);
+        c.write_all(b"one segment").unwrap();
+        let mut got = [0u8; 11];
+        s.read_exact(&mut got).unwrap();
+        let (segments, rcv_mss) = data_segments_in(&s).unwrap();
+        assert_eq!(segments, 1);
+        assert!(rcv_mss > 0);
+        // Not a TCP socket: each is an error, not a zeroed answer.
+        let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert!(max_segment(&u).is_err());
+        assert!(data_segments_in(&u).is_err());
     }
 }
