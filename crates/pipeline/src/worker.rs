@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use ramjet_observe::stats::WorkerStats;
 use ramjet_observe::{AccessLog, LogBuffer};
+use ramjet_runtime::Spares;
 use tokio::net::TcpStream;
 use tokio::sync::Notify;
 
@@ -16,8 +17,10 @@ use crate::date::DateCache;
 use crate::outbox::Outbox;
 use crate::park::{Lot, Parked};
 
-/// Most idle read buffers kept for reuse per worker.
-const POOLED_BUFFERS: usize = 256;
+/// Read buffers and batch storage kept per worker through idle seconds, and at most
+/// (`Spares`: in between, what the load reused in the last second).
+const POOL_FLOOR: usize = 256;
+const POOL_CAP: usize = 16_384;
 /// A read buffer starts at this capacity and grows up to the head limit.
 pub(crate) const READ_BUFFER: usize = 4096;
 
@@ -60,8 +63,8 @@ pub struct HttpWorker<C: Content> {
     /// key exchange and signature to the event loop's turn, so a flood of new TLS
     /// connections cannot starve the established ones.
     pub(crate) handshakes: tokio::sync::Semaphore,
-    buffers: RefCell<Vec<Vec<u8>>>,
-    batches: RefCell<Vec<(Outbox, Vec<Pending>)>>,
+    buffers: Spares<Vec<u8>>,
+    batches: Spares<(Outbox, Vec<Pending>)>,
     /// This worker's counters (`/metrics`, the status page).
     pub(crate) stats: &'static WorkerStats,
     /// Keep-alive connections idle for a while, waiting without a task.
@@ -95,8 +98,8 @@ impl<C: Content> HttpWorker<C> {
             handed_prefixes: RefCell::new(Vec::new()),
             shutdown: Notify::new(),
             handshakes: tokio::sync::Semaphore::new(HANDSHAKES_IN_FLIGHT),
-            buffers: RefCell::new(Vec::new()),
-            batches: RefCell::new(Vec::new()),
+            buffers: Spares::new(POOL_FLOOR, POOL_CAP),
+            batches: Spares::new(POOL_FLOOR, POOL_CAP),
             handoffs: crate::handoff::Handoffs::new(index),
         }
     }
@@ -168,20 +171,14 @@ impl<C: Content> HttpWorker<C> {
     }
 
     pub(crate) fn take_buffer(&self) -> Vec<u8> {
-        self.buffers
-            .borrow_mut()
-            .pop()
-            .unwrap_or_else(|| Vec::with_capacity(READ_BUFFER))
+        self.buffers.take(|| Vec::with_capacity(READ_BUFFER))
     }
 
     pub(crate) fn give_buffer(&self, mut buf: Vec<u8>) {
         // Buffers that grew for a large head are not worth keeping.
         if buf.capacity() == READ_BUFFER {
-            let mut pool = self.buffers.borrow_mut();
-            if pool.len() < POOLED_BUFFERS {
-                buf.clear();
-                pool.push(buf);
-            }
+            buf.clear();
+            self.buffers.give(buf);
         }
     }
 }
@@ -189,7 +186,7 @@ impl<C: Content> HttpWorker<C> {
 impl<C: Content> HttpWorker<C> {
     /// Outbox and log storage for a connection that has work (capacity kept from reuse).
     pub(crate) fn take_batch(&self) -> (Outbox, Vec<Pending>) {
-        self.batches.borrow_mut().pop().unwrap_or_default()
+        self.batches.take(Default::default)
     }
 
     /// Return empty batch storage; dropped if the pool is full or it has grown large.
@@ -197,9 +194,8 @@ impl<C: Content> HttpWorker<C> {
         if out.capacity_bytes() == 0 && pending.capacity() == 0 {
             return;
         }
-        let mut pool = self.batches.borrow_mut();
-        if pool.len() < POOLED_BUFFERS && out.capacity_bytes() <= MAX_POOLED_BATCH {
-            pool.push((out, pending));
+        if out.capacity_bytes() <= MAX_POOLED_BATCH {
+            self.batches.give((out, pending));
         }
     }
 }
@@ -420,6 +416,8 @@ impl<C: Content> ramjet_runtime::Worker for HttpWorker<C> {
 
     fn tick(&self) {
         self.log.borrow_mut().flush();
+        self.buffers.tick();
+        self.batches.tick();
         self.stats.mark_downloads(|fd| {
             // Listed means open (`mark_downloads`), and this runs on the connection's thread.
             ramjet_runtime::sys::unsent_bytes(fd).unwrap_or(0)

@@ -635,9 +635,7 @@ impl<'a> Buffers<'a> {
     fn take(shared: &'a Shared) -> Buffers<'a> {
         let (head, read) = shared
             .buffers
-            .borrow_mut()
-            .pop()
-            .unwrap_or_else(|| (Vec::with_capacity(1024), Vec::with_capacity(HEAD_READ)));
+            .take(|| (Vec::with_capacity(1024), Vec::with_capacity(HEAD_READ)));
         Buffers { shared, head, read }
     }
 }
@@ -646,19 +644,13 @@ impl Drop for Buffers<'_> {
     fn drop(&mut self) {
         // Buffers that grew for a huge head are not kept.
         if self.head.capacity() <= 64 << 10 && self.read.capacity() <= 256 << 10 {
-            let mut pool = self.shared.buffers.borrow_mut();
-            if pool.len() < MAX_POOLED_BUFFERS {
-                pool.push((
-                    std::mem::take(&mut self.head),
-                    std::mem::take(&mut self.read),
-                ));
-            }
+            self.shared.buffers.give((
+                std::mem::take(&mut self.head),
+                std::mem::take(&mut self.read),
+            ));
         }
     }
 }
-
-/// Buffer pairs kept per worker for reuse.
-const MAX_POOLED_BUFFERS: usize = 64;
 
 /// A chunked body that arrived whole with its head, decoded at once: the payload, the bytes
 /// it took, and its trailer lines.

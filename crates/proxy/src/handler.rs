@@ -6,6 +6,7 @@ use std::rc::Rc;
 
 use ramjet_config::{Resolved, Upstream};
 use ramjet_pipeline::{Content, Later, Outcome, Request};
+use ramjet_runtime::Spares;
 use tokio::time::Instant;
 
 use crate::balance::Balancer;
@@ -68,12 +69,25 @@ struct Built {
 /// What a worker's proxy requests share: the states for the configuration in force and
 /// for the one before it (requests that started before a reload finish on it), and
 /// buffers.
-#[derive(Default)]
 pub(crate) struct Shared {
     current: RefCell<Built>,
     previous: RefCell<Built>,
     /// Request-head and response-head buffers for reuse.
-    pub(crate) buffers: RefCell<Vec<(Vec<u8>, Vec<u8>)>>,
+    pub(crate) buffers: Spares<(Vec<u8>, Vec<u8>)>,
+}
+
+/// Buffer pairs kept per worker through idle seconds, and at most (`Spares`).
+const POOL_FLOOR: usize = 64;
+const POOL_CAP: usize = 4096;
+
+impl Default for Shared {
+    fn default() -> Shared {
+        Shared {
+            current: RefCell::default(),
+            previous: RefCell::default(),
+            buffers: Spares::new(POOL_FLOOR, POOL_CAP),
+        }
+    }
 }
 
 impl Shared {
@@ -215,8 +229,10 @@ impl Content for Proxy {
         self.shared.upstream(config, 0);
     }
 
-    /// Close pooled connections idle too long, and start due active health checks.
+    /// Drop spare buffers unused for a second, close pooled connections idle too long, and
+    /// start due active health checks.
     fn on_tick(&self, config: &Resolved) {
+        self.shared.buffers.tick();
         let now = Instant::now();
         for index in 0..config.upstreams.len() {
             let Some(state) = self.shared.upstream(config, index) else {

@@ -12,9 +12,11 @@ pub mod group_commit;
 mod lazy_timer;
 mod listen;
 pub mod signals;
+mod spares;
 pub mod sys;
 mod worker;
 
 pub use lazy_timer::LazyTimer;
 pub use listen::{adopt, bind, claim_all, Listeners};
+pub use spares::Spares;
 pub use worker::{start, Handed, Injector, Server, Worker};
