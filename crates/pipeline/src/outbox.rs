@@ -478,7 +478,7 @@ impl Sink for TcpStream {
         if more {
             self.try_io(Interest::WRITABLE, || sys::writev_more(self, iov))
         } else {
-            self.try_write_vectored(iov)
+            self.try_io(Interest::WRITABLE, || sys::send_now(self, iov))
         }
     }
 

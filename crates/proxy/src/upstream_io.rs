@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ramjet_config::UpstreamAddr;
 use ramjet_runtime::{sys, LazyTimer};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 use tokio::time::Instant;
 
@@ -119,8 +119,8 @@ impl Io {
                 self.unannounced.store(false, Ordering::Relaxed);
                 sys::send_now(s, b)
             }
-            Sock::Tcp(s) => s.try_write_vectored(b),
-            Sock::Unix(s) => s.try_write_vectored(b),
+            Sock::Tcp(s) => s.try_io(Interest::WRITABLE, || sys::send_now(s, b)),
+            Sock::Unix(s) => s.try_io(Interest::WRITABLE, || sys::send_now(s, b)),
         }
     }
 

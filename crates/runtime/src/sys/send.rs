@@ -26,14 +26,23 @@ pub fn writev_more(socket: &impl AsFd, bufs: &[io::IoSlice<'_>]) -> io::Result<u
     )?)
 }
 
-/// `sendmsg(bufs)` on a non-blocking socket, made whatever the reactor last reported: for
-/// a connection [`super::connect_outcome`] found up before the reactor has seen it writable.
+/// Bytes to a non-blocking socket, the call made whatever the reactor last reported (for a
+/// connection [`super::connect_outcome`] found up before the reactor has seen it
+/// writable, and for every write of a response): `send(2)` for one slice, `sendmsg(2)` for
+/// more. Not `writev(2)`: on a socket it goes through the file layer (`vfs_writev`,
+/// `fdget_pos`, the write notification hooks) first; on loopback here a `writev` of one
+/// slice took 170-200 ns more than a `send` of it, of two slices 40-80 ns more than
+/// a `sendmsg` (`bench/results/2026-11-29-send/`).
 pub fn send_now(socket: &impl AsFd, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-    use rustix::net::{sendmsg, SendAncillaryBuffer, SendFlags};
+    use rustix::net::{send, sendmsg, SendAncillaryBuffer, SendFlags};
+    let flags = SendFlags::NOSIGNAL | SendFlags::DONTWAIT;
+    if let [one] = bufs {
+        return Ok(send(socket, one, flags)?);
+    }
     Ok(sendmsg(
         socket,
         bufs,
         &mut SendAncillaryBuffer::default(),
-        SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+        flags,
     )?)
 }
