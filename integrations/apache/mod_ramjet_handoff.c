@@ -582,6 +582,10 @@ static apr_status_t refuse_waiting(int fd)
             break;
         }
         n = receive(ap_server_conf, got);
+        if (n > 0) {
+            ap_log_error(APLOG_MARK, APLOG_WARNING, 0, ap_server_conf,
+                         "ramjet_handoff: stopping with %d connection(s) queued; answered 503", n);
+        }
         for (i = 0; i < n; i++) {
             refuse(&got[i]);
         }
@@ -741,6 +745,9 @@ static apr_status_t stop_child(void *data)
         }
         if (!pass_back(back, n)) {
             int i;
+            ap_log_error(APLOG_MARK, APLOG_WARNING, errno, ap_server_conf,
+                         "ramjet_handoff: a stopping child could not pass %d connection(s) "
+                         "back for two seconds; answered 503", n);
             for (i = 0; i < n; i++) {
                 refuse(&back[i]);
             }
