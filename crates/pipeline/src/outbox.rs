@@ -26,6 +26,19 @@ const SENDFILE_CHUNK: u64 = 256 * 1024;
 /// goes in calls of the size the worker chose ([`paced_size`]).
 const PACED_CHUNK: u64 = paced_size::SMALL;
 
+/// Bytes a long body may leave unsent in the kernel (`TCP_NOTSENT_LOWAT`) on a paced
+/// connection to a client on this host (a loopback peer: a local proxy or TLS terminator in
+/// front, a benchmark). Over loopback the sending CPU also runs the receiver's network
+/// softirq. With a full send buffer (4 MB), BBR's pacing timer sends most segments from timer
+/// softirqs on the server's CPU; the kernel defers those to `ksoftirqd`, which waits behind
+/// the worker; segments sent meanwhile from the client's CPU (on its ACKs) arrive first, and
+/// every such reordering is resent (1.4-1.8% of the bytes of a 100 MB body, all spurious).
+/// With at most 16 KiB unsent, the worker's own `sendfile` sends nearly every segment. Over
+/// a real network link a short queue can run dry while the worker serves others (5 Gbit/s
+/// through a rate-limited veth with the worker busy: 0.87x by median), so it is used only
+/// on this host (bench/results/2026-11-29-unsent/).
+const UNSENT_ON_THIS_HOST: u32 = 16 * 1024;
+
 /// When a chunk is not in the page cache, the blocking pool reads this much ahead.
 const WARM_WINDOW: u64 = 8 * 1024 * 1024;
 /// How far ahead one page-cache probe looks before a file is sent from the event loop.
@@ -461,6 +474,9 @@ pub(crate) trait Sink {
     /// on. A sink that meters its own writes (a rate limit) or frames them (TLS) leaves
     /// this a no-op: a cork would hold each small piece back.
     fn cork(&self, _on: bool) {}
+    /// A long body to a socket the kernel paces goes out with few bytes left unsent in
+    /// the kernel, where that costs less than a full send buffer ([`UNSENT_ON_THIS_HOST`]).
+    fn short_unsent(&self) {}
     /// Whether bytes already taken are still held on this side (TLS records the socket
     /// did not take yet): a flush is over only when none are.
     #[inline]
@@ -501,6 +517,13 @@ impl Sink for TcpStream {
         let _ = sys::set_cork(self, on);
     }
 
+    fn short_unsent(&self) {
+        // Only where the client is on this host; a socket that refuses it is served as before.
+        if sys::peer_on_this_host(self).unwrap_or(false) {
+            let _ = sys::set_unsent_limit(self, UNSENT_ON_THIS_HOST);
+        }
+    }
+
     async fn writable(&self, timeout: Duration) -> Result<(), WriteError> {
         match tokio::time::timeout(timeout, TcpStream::writable(self)).await {
             Ok(Ok(())) => Ok(()),
@@ -538,6 +561,9 @@ async fn send_file<S: Sink>(
     let corked = len > SENDFILE_CHUNK;
     if corked {
         sink.cork(true);
+        if let Cut::Paced(_) = cut {
+            sink.short_unsent();
+        }
     }
     // The window being read ahead, which starts at `resident_to`: bytes below it were found
     // in the page cache (or read in) a moment ago.

@@ -223,6 +223,12 @@ impl Sink for Transport {
         }
     }
 
+    fn short_unsent(&self) {
+        if let Transport::Plain(s) = self {
+            Sink::short_unsent(s)
+        }
+    }
+
     #[inline]
     fn has_held(&self) -> bool {
         match self {

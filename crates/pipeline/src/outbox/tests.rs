@@ -637,12 +637,51 @@ fn the_transport_corks_its_socket_around_a_long_body() {
     });
 }
 
+/// A long body to a paced loopback client leaves few bytes unsent in the kernel; one to a
+/// socket that is not paced leaves the kernel's default.
+#[test]
+fn a_long_body_to_a_paced_client_on_this_host_keeps_its_unsent_bytes_short() {
+    use std::io::Read;
+    for bbr in [false, true] {
+        block_on(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+            let (s, _) = l.accept().await.unwrap();
+            let t = crate::transport::Transport::Plain(s);
+            let cc = if bbr { "bbr" } else { "reno" };
+            if ramjet_runtime::sys::set_congestion_control(t.socket(), cc).is_err() {
+                return; // bbr is a module that may be absent here
+            }
+            let before = ramjet_runtime::sys::unsent_limit(t.socket()).unwrap();
+            let len = super::SENDFILE_CHUNK + 1;
+            let reader = std::thread::spawn(move || {
+                let mut c = c;
+                let mut got = Vec::new();
+                c.read_to_end(&mut got).unwrap();
+                got.len()
+            });
+            let mut out = file_response(&vec![7u8; len as usize]);
+            out.flush(&t, Duration::from_secs(5), None).await.unwrap();
+            let after = ramjet_runtime::sys::unsent_limit(t.socket()).unwrap();
+            if bbr {
+                assert_eq!(after, super::UNSENT_ON_THIS_HOST);
+            } else {
+                assert_eq!(after, before, "{cc}");
+            }
+            drop(t);
+            assert_eq!(reader.join().unwrap(), 1 + len as usize);
+        });
+    }
+}
+
 /// What a sink that asks for its own chunk size is given.
 struct Chunked {
     out: RefCell<Vec<u8>>,
     calls: RefCell<Vec<usize>>,
     /// Every cork call: on or off, and how many sendfile calls came before it.
     corks: RefCell<Vec<(bool, usize)>>,
+    /// How many times a short unsent queue was asked for.
+    shorts: std::cell::Cell<usize>,
     mss: usize,
     paced: bool,
 }
@@ -653,6 +692,7 @@ impl Chunked {
             out: RefCell::new(Vec::new()),
             calls: RefCell::new(Vec::new()),
             corks: RefCell::new(Vec::new()),
+            shorts: std::cell::Cell::new(0),
             mss,
             paced,
         }
@@ -688,6 +728,10 @@ impl Sink for Chunked {
     fn cork(&self, on: bool) {
         let before = self.calls.borrow().len();
         self.corks.borrow_mut().push((on, before));
+    }
+
+    fn short_unsent(&self) {
+        self.shorts.set(self.shorts.get() + 1);
     }
 
     async fn writable(&self, _timeout: Duration) -> Result<(), WriteError> {
@@ -751,6 +795,9 @@ fn chunked_sends(mss: usize, paced: bool, cases: &[(u64, Vec<usize>)]) {
             vec![]
         };
         assert_eq!(sink.corks.into_inner(), corks, "{len}");
+        // A short unsent queue for a corked body to a paced sink, once; never otherwise.
+        let shorts = usize::from(paced && len > super::SENDFILE_CHUNK);
+        assert_eq!(sink.shorts.get(), shorts, "{len}");
         assert_eq!(&sink.calls.into_inner(), calls, "{len}");
     }
 }

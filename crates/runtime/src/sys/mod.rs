@@ -39,7 +39,8 @@ pub use residency::{blocking_warm, drop_from_page_cache, is_resident, was_read_i
 pub use send::{send_now, sendfile, writev_more};
 pub use socket::{
     bind_address_no_port, corked, data_segments_in, defer_accept, duplicate, max_segment, paced,
-    set_congestion_control, set_cork, shutdown_write, unsent_bytes,
+    peer_on_this_host, set_congestion_control, set_cork, set_unsent_limit, shutdown_write,
+    unsent_bytes, unsent_limit,
 };
 pub use spawner::{pipe, Program, Spawner};
 pub use walk::openat2_available;

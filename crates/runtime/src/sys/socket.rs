@@ -144,6 +144,45 @@ pub fn set_cork(socket: &impl std::os::fd::AsFd, on: bool) -> io::Result<()> {
     rustix::net::sockopt::set_tcp_cork(socket, on).map_err(io::Error::from)
 }
 
+/// Let a TCP socket hold at most about `bytes` not yet sent (`TCP_NOTSENT_LOWAT`): a write
+/// stops there, and the socket reads as writable again once fewer than half that many are
+/// left unsent. Bytes sent and not yet acknowledged do not count.
+pub fn set_unsent_limit(socket: &impl std::os::fd::AsFd, bytes: u32) -> io::Result<()> {
+    let bytes = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    set_int(
+        socket.as_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_NOTSENT_LOWAT,
+        bytes,
+    )
+}
+
+/// The unsent limit of a TCP socket (`TCP_NOTSENT_LOWAT`); the kernel's default,
+/// `net.ipv4.tcp_notsent_lowat`, is no limit (`u32::MAX`).
+pub fn unsent_limit(socket: &impl std::os::fd::AsFd) -> io::Result<u32> {
+    let (v, _) = tcp_option::<libc::c_int>(socket, libc::TCP_NOTSENT_LOWAT)?;
+    Ok(v as u32)
+}
+
+/// Whether the peer of a connected socket is on this host: at a loopback address, or at
+/// this end's own address (which the kernel also delivers through loopback).
+pub fn peer_on_this_host(socket: &impl std::os::fd::AsFd) -> io::Result<bool> {
+    let ip = |a: Option<rustix::net::SocketAddrAny>| -> io::Result<std::net::IpAddr> {
+        let a = a.ok_or(io::ErrorKind::NotConnected)?;
+        let a = std::net::SocketAddr::try_from(a).map_err(|_| io::ErrorKind::InvalidInput)?;
+        Ok(a.ip().to_canonical())
+    };
+    let peer = ip(rustix::net::getpeername(socket)?)?;
+    let local = ip(Some(rustix::net::getsockname(socket)?))?;
+    Ok(on_this_host(peer, local))
+}
+
+/// Whether a peer at `peer` talks to this end at `local` from this host (both canonical:
+/// IPv4-mapped IPv6 addresses as IPv4).
+fn on_this_host(peer: std::net::IpAddr, local: std::net::IpAddr) -> bool {
+    peer.is_loopback() || peer == local
+}
+
 /// Whether `TCP_CORK` is on.
 pub fn corked(socket: &impl std::os::fd::AsFd) -> io::Result<bool> {
     rustix::net::sockopt::tcp_cork(socket).map_err(io::Error::from)
@@ -182,6 +221,51 @@ mod tests {
         ] {
             assert!(!paces(name), "{}", String::from_utf8_lossy(name));
         }
+    }
+
+    #[test]
+    fn the_unsent_limit_is_set_and_read_back() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        set_unsent_limit(&c, 16 * 1024).unwrap();
+        assert_eq!(unsent_limit(&c).unwrap(), 16 * 1024);
+        let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert!(set_unsent_limit(&u, 1).is_err());
+    }
+
+    #[test]
+    fn a_peer_is_on_this_host_at_loopback_or_at_this_ends_own_address() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap().to_canonical();
+        for (peer, local) in [
+            ("127.0.0.1", "127.0.0.1"),
+            ("127.0.0.2", "127.0.0.1"),
+            ("::1", "::1"),
+            ("::ffff:127.0.0.1", "::ffff:127.0.0.1"),
+            ("10.9.0.1", "10.9.0.1"),
+            ("2001:db8::1", "2001:db8::1"),
+        ] {
+            assert!(on_this_host(ip(peer), ip(local)), "{peer} to {local}");
+        }
+        for (peer, local) in [
+            ("10.9.0.2", "10.9.0.1"),
+            ("192.0.2.1", "127.0.0.1"),
+            ("2001:db8::2", "2001:db8::1"),
+            ("::ffff:10.9.0.2", "::ffff:10.9.0.1"),
+        ] {
+            assert!(!on_this_host(ip(peer), ip(local)), "{peer} to {local}");
+        }
+    }
+
+    #[test]
+    fn a_loopback_peer_is_on_this_host() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (a, _) = l.accept().unwrap();
+        assert!(peer_on_this_host(&a).unwrap());
+        assert!(peer_on_this_host(&c).unwrap());
+        // Not connected: an error, not a guess.
+        let lone = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        assert!(peer_on_this_host(&lone).is_err());
     }
 
     #[test]
