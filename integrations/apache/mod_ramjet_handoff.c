@@ -38,8 +38,9 @@
  *
  * Backpressure: when no child reads, the socket's queue fills (net.unix.max_dgram_qlen
  * messages) and ramjet's non-blocking send fails; ramjet tries again for up to its
- * `[timeouts] handoff`, then answers 503. Connections still
- * in a child's queue when it stops get a 503 and are closed.
+ * `[timeouts] handoff`, then answers 503. Connections still in a child's queue when it
+ * stops are passed back to the socket for the other children or the next generation;
+ * only what cannot be passed back within two seconds gets a 503 and is closed.
  */
 
 #include "httpd.h"
@@ -113,6 +114,12 @@ typedef struct {
 
 /* The listening hand-off socket, bound by the parent and inherited by each child. */
 static int listen_fd = -1;
+/* A child's own descriptor of the same socket, which connections are passed back to it
+ * through. prefork and worker close a child's listeners, listen_fd among them, from
+ * their graceful-restart signal handler, which can come between taking a message and
+ * passing the rest of it on; what was passed through listen_fd then failed (EBADF) and
+ * got a 503, or went to whatever descriptor took its number. */
+static int pass_fd = -1;
 /* The process that bound it: only that one removes the path. */
 static pid_t bound_by;
 /* The listener this module added to ap_listeners. */
@@ -483,7 +490,7 @@ static int pass_on(handed_t *h, int n)
     for (i = 0; i < n; i++) {
         memcpy(CMSG_DATA(cmsg) + i * sizeof(int), &h[i].fd, sizeof(int));
     }
-    if (sendmsg(listen_fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+    if (sendmsg(pass_fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
         return 0;
     }
     for (i = 0; i < n; i++) {
@@ -776,6 +783,15 @@ static apr_status_t handoff_accept_one(void **accepted, ap_listen_rec *lr, apr_p
     }
     h = spare[spare_at++];
     spare_len--;
+#ifdef RAMJET_HANDOFF_TEST_PAUSE_MS
+    /* Tests only: a wide window between taking a message and passing the rest of it on,
+     * for a signal to land in. */
+    if (spare_len > 0) {
+        ap_log_error(APLOG_MARK, APLOG_INFO, 0, ap_server_conf,
+                     "ramjet_handoff: test pause with %d connection(s) to pass on", spare_len);
+        apr_sleep(apr_time_from_msec(RAMJET_HANDOFF_TEST_PAUSE_MS));
+    }
+#endif
     if (spare_len > 0 && pass_on(spare + spare_at, spare_len)) {
         spare_len = 0;
     }
@@ -795,6 +811,12 @@ static void handoff_child_init(apr_pool_t *pchild, server_rec *s)
     memset(&self_addr, 0, sizeof(self_addr));
     self_addr.sun_family = AF_UNIX;
     strcpy(self_addr.sun_path, conf->socket_path);
+    pass_fd = fcntl(listen_fd, F_DUPFD_CLOEXEC, 3);
+    if (pass_fd < 0) {
+        ap_log_error(APLOG_MARK, APLOG_CRIT, errno, s,
+                     "ramjet_handoff: dup; passing connections on through the listener");
+        pass_fd = listen_fd;
+    }
     /* The MPM sets it after this hook; the thread that puts the module's in place waits
      * to see that happen (the value inherited from the parent may already be the MPM's).
      * Until then the MPM's own accept() fails on the listener; it is marked inactive in

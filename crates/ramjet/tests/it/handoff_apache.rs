@@ -17,26 +17,44 @@ use crate::proxy_real::{free_port, running_as_root, terminate, wait_listening};
 /// The module, built once per test run from the source in the tree.
 fn module() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| build_module("apache-module", &[]))
+}
+
+/// The module built with a pause of 400 ms between taking a message of several
+/// connections and passing the rest of it on (`RAMJET_HANDOFF_TEST_PAUSE_MS`), which it
+/// logs, for a signal to land in.
+fn module_with_pause() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../integrations/apache/mod_ramjet_handoff.c");
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("apache-module");
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::copy(&src, dir.join("mod_ramjet_handoff.c")).unwrap();
-        let out = Command::new("apxs")
-            .args(["-c", "-Wc,-Wall", "-Wc,-Werror", "mod_ramjet_handoff.c"])
-            .current_dir(&dir)
-            .output()
-            .expect("apxs (apt-get install apache2-dev; .ci/run does it)");
-        assert!(
-            out.status.success(),
-            "apxs failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        dir.join(".libs/mod_ramjet_handoff.so")
+        build_module(
+            "apache-module-pause",
+            &["-Wc,-DRAMJET_HANDOFF_TEST_PAUSE_MS=400"],
+        )
     })
+}
+
+/// `apxs -c` of the module's source in a directory of its own, with `flags`.
+fn build_module(dir: &str, flags: &[&str]) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../integrations/apache/mod_ramjet_handoff.c");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(&src, dir.join("mod_ramjet_handoff.c")).unwrap();
+    let out = Command::new("apxs")
+        .args(["-c", "-Wc,-Wall", "-Wc,-Werror"])
+        .args(flags)
+        .arg("mod_ramjet_handoff.c")
+        .current_dir(&dir)
+        .output()
+        .expect("apxs (apt-get install apache2-dev; .ci/run does it)");
+    assert!(
+        out.status.success(),
+        "apxs failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.join(".libs/mod_ramjet_handoff.so")
 }
 
 /// Apache with the module, receiving at `socket`, stopped on drop.
@@ -49,7 +67,11 @@ struct Apache {
 impl Apache {
     /// Apache with this MPM ("event" or "prefork").
     fn start(mpm: &str) -> Apache {
-        let module = module();
+        Apache::start_with(mpm, module())
+    }
+
+    /// Apache with this MPM and this build of the module.
+    fn start_with(mpm: &str, module: &Path) -> Apache {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         for sub in ["htdocs", "cgi-bin"] {
@@ -390,6 +412,79 @@ fn apache_graceful_restarts_lose_no_handed_off_connection() {
             "{log}"
         );
     }
+}
+
+/// prefork and worker close a child's listeners from the graceful-restart signal's
+/// handler. A child that took a message of several connections and is signalled before it
+/// has passed the rest on must still pass them on: before, the listener's descriptor it
+/// passed them through was closed by then, and each of them got the module's 503. The
+/// module is built with a pause in that window; the signal is sent while a child is in it.
+#[test]
+fn a_prefork_child_signalled_while_it_holds_connections_passes_them_on() {
+    use std::io::{Read, Write};
+    let apache = Apache::start_with("prefork", module_with_pause());
+    let (s, _) = ramjet(&apache);
+    let pid = apache.child.as_ref().unwrap().id();
+    let paused = |log: &str| log.matches("test pause with").count();
+    let mut clients = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Rounds of 8 connections whose requests come at once, until ramjet hands a child a
+    // message of more than one: that child logs its pause, and Apache is then restarted.
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "no child took a message of several connections"
+        );
+        let before = paused(&apache.error_log());
+        let round: Vec<_> = (0..8)
+            .map(|_| std::net::TcpStream::connect(s.addr).unwrap())
+            .collect();
+        for mut c in &round {
+            c.write_all(b"GET /app/page.html HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                .unwrap();
+        }
+        clients.extend(round);
+        let round_end = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < round_end && paused(&apache.error_log()) == before {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if paused(&apache.error_log()) > before {
+            break;
+        }
+    }
+    assert!(Command::new("kill")
+        .args(["-USR1", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let mut answers = Vec::new();
+    for mut c in clients {
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut got = Vec::new();
+        let _ = c.read_to_end(&mut got);
+        answers.push(String::from_utf8_lossy(&got).into_owned());
+    }
+    let log = apache.error_log();
+    let bad: Vec<_> = answers
+        .iter()
+        .filter(|a| !(a.starts_with("HTTP/1.1 200") && a.ends_with("<h1>apache page</h1>\n")))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "{} of {} not Apache's page: {:?}\n{log}",
+        bad.len(),
+        answers.len(),
+        bad.iter().take(3).collect::<Vec<_>>()
+    );
+    // The restart completes (the clients' answers may come before its log line).
+    crate::poll_until(|| {
+        (apache
+            .error_log()
+            .matches("resuming normal operations")
+            .count()
+            == 2)
+            .then_some(())
+    });
 }
 
 /// A hard restart (`apache2ctl restart`, HUP) kills Apache's children at once, with the
