@@ -611,7 +611,6 @@ fn a_long_body_goes_out_in_chunks_of_the_connections_segments() {
 /// uncorked when it is done.
 #[test]
 fn the_transport_corks_its_socket_around_a_long_body() {
-    use std::io::Read;
     block_on(async {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
@@ -623,12 +622,7 @@ fn the_transport_corks_its_socket_around_a_long_body() {
         assert!(!ramjet_runtime::sys::corked(t.socket()).unwrap());
         // A body of a chunk and a byte, to a reader on another thread.
         let len = super::SENDFILE_CHUNK + 1;
-        let reader = std::thread::spawn(move || {
-            let mut c = c;
-            let mut got = Vec::new();
-            c.read_to_end(&mut got).unwrap();
-            got.len()
-        });
+        let reader = read_all_on_a_thread(c);
         let mut out = file_response(&vec![7u8; len as usize]);
         out.flush(&t, Duration::from_secs(5), None).await.unwrap();
         assert!(!ramjet_runtime::sys::corked(t.socket()).unwrap());
@@ -637,11 +631,20 @@ fn the_transport_corks_its_socket_around_a_long_body() {
     });
 }
 
+/// Read `c` to its end on a thread of its own; how many bytes came.
+fn read_all_on_a_thread(mut c: std::net::TcpStream) -> std::thread::JoinHandle<usize> {
+    use std::io::Read;
+    std::thread::spawn(move || {
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).unwrap();
+        got.len()
+    })
+}
+
 /// A long body to a paced loopback client leaves few bytes unsent in the kernel; one to a
 /// socket that is not paced leaves the kernel's default.
 #[test]
 fn a_long_body_to_a_paced_client_on_this_host_keeps_its_unsent_bytes_short() {
-    use std::io::Read;
     for bbr in [false, true] {
         block_on(async {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -654,12 +657,7 @@ fn a_long_body_to_a_paced_client_on_this_host_keeps_its_unsent_bytes_short() {
             }
             let before = ramjet_runtime::sys::unsent_limit(t.socket()).unwrap();
             let len = super::SENDFILE_CHUNK + 1;
-            let reader = std::thread::spawn(move || {
-                let mut c = c;
-                let mut got = Vec::new();
-                c.read_to_end(&mut got).unwrap();
-                got.len()
-            });
+            let reader = read_all_on_a_thread(c);
             let mut out = file_response(&vec![7u8; len as usize]);
             out.flush(&t, Duration::from_secs(5), None).await.unwrap();
             let after = ramjet_runtime::sys::unsent_limit(t.socket()).unwrap();
