@@ -120,8 +120,6 @@ static int listen_fd = -1;
  * passing the rest of it on; what was passed through listen_fd then failed (EBADF) and
  * got a 503, or went to whatever descriptor took its number. */
 static int pass_fd = -1;
-/* The process that bound it: only that one removes the path. */
-static pid_t bound_by;
 /* The listener this module added to ap_listeners. */
 static ap_listen_rec *handoff_lr;
 
@@ -198,22 +196,37 @@ static const command_rec handoff_cmds[] = {
 typedef struct {
     int fd;
     const char *path;
+    pid_t bound_by; /* the process that bound it: only that one removes the path */
 } kept_socket;
 
 #define KEPT_KEY "ramjet_handoff_kept"
 
 static apr_status_t refuse_waiting(int fd);
 
-/* At the parent's exit (a stop, not a restart): the connections still queued in the
- * socket get a 503, then the path goes. */
+/* The connections still queued in the socket get a 503, then the path and the socket go
+ * (at the parent's exit, or when a configuration removes or moves the socket). */
 static apr_status_t close_kept(void *data)
 {
     kept_socket *k = data;
-    if (getpid() == bound_by && k->fd >= 0) {
+    if (getpid() == k->bound_by && k->fd >= 0) {
         refuse_waiting(k->fd);
         unlink(k->path);
         close(k->fd);
         k->fd = -1;
+    }
+    return APR_SUCCESS;
+}
+
+/* A cleanup of each generation's configuration pool: at a restart (httpd clears the pool)
+ * the socket stays; at the parent's exit (it destroys it) the socket goes. Not a cleanup of
+ * the process pool, although that is where the socket's record lives: httpd unloads this
+ * module when it clears or destroys the configuration pool, before the process pool's
+ * cleanups run, and one pointing here crashed the parent at every stop (SIGSEGV), leaving
+ * the path behind and the queued connections unanswered. */
+static apr_status_t close_kept_at_exit(void *data)
+{
+    if (ap_state_query(AP_SQ_MAIN_STATE) == AP_SQ_MS_EXITING) {
+        close_kept(data);
     }
     return APR_SUCCESS;
 }
@@ -266,15 +279,15 @@ static int handoff_open_logs(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *pt
         if (!kept) {
             kept = apr_pcalloc(pglobal, sizeof(*kept));
             apr_pool_userdata_set(kept, KEPT_KEY, apr_pool_cleanup_null, pglobal);
-            apr_pool_cleanup_register(pglobal, kept, close_kept, apr_pool_cleanup_null);
         }
         kept->fd = bind_socket(s, conf->socket_path);
         if (kept->fd < 0) {
             return HTTP_INTERNAL_SERVER_ERROR;
         }
         kept->path = apr_pstrdup(pglobal, conf->socket_path);
-        bound_by = getpid();
+        kept->bound_by = getpid();
     }
+    apr_pool_cleanup_register(pconf, kept, close_kept_at_exit, apr_pool_cleanup_null);
     fd = fcntl(kept->fd, F_DUPFD_CLOEXEC, 3);
     if (fd < 0) {
         ap_log_error(APLOG_MARK, APLOG_CRIT, errno, s, "ramjet_handoff: dup");
@@ -293,7 +306,8 @@ static int handoff_open_logs(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *pt
         return HTTP_INTERNAL_SERVER_ERROR;
     }
     lr->active = 1;
-    lr->protocol = "ramjet-handoff"; /* no accept filter applies */
+    /* No accept filter applies. A copy: the record outlives this module's code. */
+    lr->protocol = apr_pstrdup(pglobal, "ramjet-handoff");
     for (tail = &ap_listeners; *tail; tail = &(*tail)->next) {
     }
     *tail = lr;

@@ -487,6 +487,49 @@ fn a_prefork_child_signalled_while_it_holds_connections_passes_them_on() {
     });
 }
 
+/// Apache stopped, with or without a graceful restart before, exits cleanly and takes the
+/// socket's path with it. Before, the module registered a cleanup of the process pool that
+/// pointed into its own code, which httpd had unloaded by then: the parent died of SIGSEGV
+/// at every stop, the path stayed, and connections still queued got no 503.
+#[test]
+fn apache_stops_cleanly_and_removes_its_socket_with_or_without_a_restart() {
+    for (mpm, restarts) in [("event", 0), ("prefork", 0), ("event", 1), ("prefork", 1)] {
+        let mut apache = Apache::start(mpm);
+        let pid = apache.child.as_ref().unwrap().id().to_string();
+        for n in 0..restarts {
+            assert!(Command::new("kill")
+                .args(["-USR1", &pid])
+                .status()
+                .unwrap()
+                .success());
+            crate::poll_until(|| {
+                (apache
+                    .error_log()
+                    .matches("resuming normal operations")
+                    .count()
+                    == 2 + n)
+                    .then_some(())
+            });
+        }
+        let mut child = apache.child.take().unwrap();
+        assert!(Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success());
+        let status = crate::poll_until(|| child.try_wait().unwrap());
+        let log = apache.error_log();
+        assert!(
+            status.success(),
+            "{mpm}, {restarts} restart(s): {status:?}\n{log}"
+        );
+        assert!(
+            !apache.socket.exists(),
+            "{mpm}, {restarts} restart(s): the socket's path stayed\n{log}"
+        );
+    }
+}
+
 /// A hard restart (`apache2ctl restart`, HUP) kills Apache's children at once, with the
 /// requests they are serving: clients straight to Apache lose those too. Through ramjet,
 /// no client gets a 503 and none waiting in the hand-off is lost; only what Apache itself
