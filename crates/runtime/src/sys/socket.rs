@@ -167,14 +167,15 @@ pub fn unsent_limit(socket: &impl std::os::fd::AsFd) -> io::Result<u32> {
 /// Whether the peer of a connected socket is on this host: at a loopback address, or at
 /// this end's own address (which the kernel also delivers through loopback).
 pub fn peer_on_this_host(socket: &impl std::os::fd::AsFd) -> io::Result<bool> {
-    let ip = |a: Option<rustix::net::SocketAddrAny>| -> io::Result<std::net::IpAddr> {
-        let a = a.ok_or(io::ErrorKind::NotConnected)?;
+    let ip = |a: rustix::net::SocketAddrAny| -> io::Result<std::net::IpAddr> {
         let a = std::net::SocketAddr::try_from(a).map_err(|_| io::ErrorKind::InvalidInput)?;
         Ok(a.ip().to_canonical())
     };
-    let peer = ip(rustix::net::getpeername(socket)?)?;
-    let local = ip(Some(rustix::net::getsockname(socket)?))?;
-    Ok(on_this_host(peer, local))
+    let peer = rustix::net::getpeername(socket)?.ok_or(io::ErrorKind::NotConnected)?;
+    Ok(on_this_host(
+        ip(peer)?,
+        ip(rustix::net::getsockname(socket)?)?,
+    ))
 }
 
 /// Whether a peer at `peer` talks to this end at `local` from this host (both canonical:
