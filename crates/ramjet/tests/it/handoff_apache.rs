@@ -136,6 +136,14 @@ ScriptAlias /app/cgi-bin/ \"{d}/cgi-bin/\"\nAlias /app/ \"{d}/htdocs/\"\nKeepAli
             .expect("start apache");
         wait_listening(port, &mut child, &log);
         crate::poll_until(|| socket.exists().then_some(()));
+        // The listener and the socket exist before the MPM installs its signal handlers; a
+        // signal sent before the log says so would kill Apache outright.
+        crate::poll_until(|| {
+            std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("resuming normal operations")
+                .then_some(())
+        });
         Apache {
             child: Some(child),
             socket,
