@@ -538,6 +538,97 @@ fn apache_stops_cleanly_and_removes_its_socket_with_or_without_a_restart() {
     }
 }
 
+/// A connection still queued in the socket when Apache stops gets a 503 from the parent on
+/// its way out, not a silent close. Apache's children are stopped (SIGSTOP) so that none
+/// takes it, then killed once the parent has been told to stop.
+#[test]
+fn a_connection_queued_when_apache_stops_gets_a_503() {
+    use std::io::{Read, Write};
+    for mpm in ["event", "prefork"] {
+        let mut apache = Apache::start(mpm);
+        let (s, _) = ramjet(&apache);
+        let pid = apache.child.as_ref().unwrap().id().to_string();
+        let out = Command::new("pgrep").args(["-P", &pid]).output().unwrap();
+        let children: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect();
+        assert!(!children.is_empty(), "{mpm}: no children");
+        let signal = |sig: &str, pids: &[String]| {
+            assert!(Command::new("kill")
+                .arg(sig)
+                .args(pids)
+                .status()
+                .unwrap()
+                .success());
+        };
+        /// Kills the stopped children however the test ends.
+        struct Reap(Vec<String>);
+        impl Drop for Reap {
+            fn drop(&mut self) {
+                let _ = Command::new("kill").arg("-KILL").args(&self.0).status();
+            }
+        }
+        let _reap = Reap(children.clone());
+        signal("-STOP", &children);
+        // `kill` returns before the children stop: a thread not yet stopped could still take
+        // the connection. Wait until every thread of every child is stopped.
+        crate::poll_until(|| {
+            children
+                .iter()
+                .all(|c| {
+                    std::fs::read_dir(format!("/proc/{c}/task"))
+                        .into_iter()
+                        .flatten()
+                        .flatten()
+                        .all(|t| {
+                            let stat =
+                                std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
+                            // The state follows the command's closing parenthesis.
+                            stat.rsplit_once(") ")
+                                .is_some_and(|(_, rest)| rest.starts_with('T'))
+                        })
+                })
+                .then_some(())
+        });
+        let mut c = std::net::TcpStream::connect(s.addr).unwrap();
+        c.write_all(b"GET /app/page.html HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+        // The connection waits in the socket's queue.
+        let socket = apache.socket.display().to_string();
+        crate::poll_until(|| {
+            let out = Command::new("ss")
+                .args(["-xa", "src", &socket])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let queued = text
+                .lines()
+                .skip(1)
+                .filter_map(|l| l.split_whitespace().nth(2)?.parse::<u64>().ok())
+                .any(|q| q > 0);
+            queued.then_some(())
+        });
+        let mut child = apache.child.take().unwrap();
+        signal("-TERM", std::slice::from_ref(&pid));
+        signal("-KILL", &children);
+        let status = crate::poll_until(|| child.try_wait().unwrap());
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut got = Vec::new();
+        let _ = c.read_to_end(&mut got);
+        let got = String::from_utf8_lossy(&got);
+        let log = apache.error_log();
+        assert!(
+            got.starts_with("HTTP/1.1 503"),
+            "{mpm}: {got:?} ({status:?})\n{log}"
+        );
+        assert!(
+            log.contains("stopping with 1 connection(s) queued"),
+            "{log}"
+        );
+    }
+}
+
 /// A hard restart (`apache2ctl restart`, HUP) kills Apache's children at once, with the
 /// requests they are serving: clients straight to Apache lose those too. Through ramjet,
 /// no client gets a 503 and none waiting in the hand-off is lost; only what Apache itself
