@@ -136,19 +136,33 @@ ScriptAlias /app/cgi-bin/ \"{d}/cgi-bin/\"\nAlias /app/ \"{d}/htdocs/\"\nKeepAli
             .expect("start apache");
         wait_listening(port, &mut child, &log);
         crate::poll_until(|| socket.exists().then_some(()));
-        // The listener and the socket exist before the MPM installs its signal handlers; a
-        // signal sent before the log says so would kill Apache outright.
-        crate::poll_until(|| {
-            std::fs::read_to_string(&log)
-                .unwrap_or_default()
-                .contains("resuming normal operations")
-                .then_some(())
-        });
-        Apache {
+        let apache = Apache {
             child: Some(child),
             socket,
             dir,
-        }
+        };
+        // The listener and the socket exist before the MPM installs its signal handlers; a
+        // signal sent before the log says so would kill Apache outright.
+        apache.wait_generation(1);
+        apache
+    }
+
+    /// The parent's pid.
+    fn pid(&self) -> String {
+        self.child.as_ref().expect("running").id().to_string()
+    }
+
+    /// Wait until the log shows generation `n` started ("resuming normal operations" once
+    /// at the start and once after each restart).
+    fn wait_generation(&self, n: usize) {
+        crate::poll_until(|| {
+            (self
+                .error_log()
+                .matches("resuming normal operations")
+                .count()
+                == n)
+                .then_some(())
+        });
     }
 
     fn error_log(&self) -> String {
@@ -354,10 +368,20 @@ fn connection_loop(
     t
 }
 
+/// `kill SIGNAL PID...`, which must succeed.
+fn kill(signal: &str, pids: &[String]) {
+    assert!(Command::new("kill")
+        .arg(signal)
+        .args(pids)
+        .status()
+        .unwrap()
+        .success());
+}
+
 /// Run a loop of new connections at `target` (4 threads) through `signals` sent to
 /// Apache's parent, each followed by 200 more answers; what they saw.
 fn through_restarts(apache: &Apache, target: std::net::SocketAddr, signals: &[&str]) -> Tally {
-    let pid = apache.child.as_ref().unwrap().id();
+    let pid = apache.pid();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let loops: Vec<_> = (0..4)
@@ -374,11 +398,7 @@ fn through_restarts(apache: &Apache, target: std::net::SocketAddr, signals: &[&s
     };
     after(100);
     for signal in signals {
-        assert!(Command::new("kill")
-            .args([*signal, &pid.to_string()])
-            .status()
-            .unwrap()
-            .success());
+        kill(signal, std::slice::from_ref(&pid));
         // The loop goes on through the restart and well past it.
         after(200);
     }
@@ -432,7 +452,6 @@ fn a_prefork_child_signalled_while_it_holds_connections_passes_them_on() {
     use std::io::{Read, Write};
     let apache = Apache::start_with("prefork", module_with_pause());
     let (s, _) = ramjet(&apache);
-    let pid = apache.child.as_ref().unwrap().id();
     let paused = |log: &str| log.matches("test pause with").count();
     let mut clients = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -460,11 +479,7 @@ fn a_prefork_child_signalled_while_it_holds_connections_passes_them_on() {
             break;
         }
     }
-    assert!(Command::new("kill")
-        .args(["-USR1", &pid.to_string()])
-        .status()
-        .unwrap()
-        .success());
+    kill("-USR1", &[apache.pid()]);
     let mut answers = Vec::new();
     for mut c in clients {
         c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -485,14 +500,7 @@ fn a_prefork_child_signalled_while_it_holds_connections_passes_them_on() {
         bad.iter().take(3).collect::<Vec<_>>()
     );
     // The restart completes (the clients' answers may come before its log line).
-    crate::poll_until(|| {
-        (apache
-            .error_log()
-            .matches("resuming normal operations")
-            .count()
-            == 2)
-            .then_some(())
-    });
+    apache.wait_generation(2);
 }
 
 /// Apache stopped, with or without a graceful restart before, exits cleanly and takes the
@@ -503,28 +511,13 @@ fn a_prefork_child_signalled_while_it_holds_connections_passes_them_on() {
 fn apache_stops_cleanly_and_removes_its_socket_with_or_without_a_restart() {
     for (mpm, restarts) in [("event", 0), ("prefork", 0), ("event", 1), ("prefork", 1)] {
         let mut apache = Apache::start(mpm);
-        let pid = apache.child.as_ref().unwrap().id().to_string();
+        let pid = apache.pid();
         for n in 0..restarts {
-            assert!(Command::new("kill")
-                .args(["-USR1", &pid])
-                .status()
-                .unwrap()
-                .success());
-            crate::poll_until(|| {
-                (apache
-                    .error_log()
-                    .matches("resuming normal operations")
-                    .count()
-                    == 2 + n)
-                    .then_some(())
-            });
+            kill("-USR1", std::slice::from_ref(&pid));
+            apache.wait_generation(2 + n);
         }
         let mut child = apache.child.take().unwrap();
-        assert!(Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success());
+        kill("-TERM", &[pid]);
         let status = crate::poll_until(|| child.try_wait().unwrap());
         let log = apache.error_log();
         assert!(
@@ -547,21 +540,13 @@ fn a_connection_queued_when_apache_stops_gets_a_503() {
     for mpm in ["event", "prefork"] {
         let mut apache = Apache::start(mpm);
         let (s, _) = ramjet(&apache);
-        let pid = apache.child.as_ref().unwrap().id().to_string();
+        let pid = apache.pid();
         let out = Command::new("pgrep").args(["-P", &pid]).output().unwrap();
         let children: Vec<String> = String::from_utf8_lossy(&out.stdout)
             .split_whitespace()
             .map(str::to_owned)
             .collect();
         assert!(!children.is_empty(), "{mpm}: no children");
-        let signal = |sig: &str, pids: &[String]| {
-            assert!(Command::new("kill")
-                .arg(sig)
-                .args(pids)
-                .status()
-                .unwrap()
-                .success());
-        };
         /// Kills the stopped children however the test ends.
         struct Reap(Vec<String>);
         impl Drop for Reap {
@@ -570,7 +555,7 @@ fn a_connection_queued_when_apache_stops_gets_a_503() {
             }
         }
         let _reap = Reap(children.clone());
-        signal("-STOP", &children);
+        kill("-STOP", &children);
         // `kill` returns before the children stop: a thread not yet stopped could still take
         // the connection. Wait until every thread of every child is stopped.
         crate::poll_until(|| {
@@ -610,8 +595,8 @@ fn a_connection_queued_when_apache_stops_gets_a_503() {
             queued.then_some(())
         });
         let mut child = apache.child.take().unwrap();
-        signal("-TERM", std::slice::from_ref(&pid));
-        signal("-KILL", &children);
+        kill("-TERM", &[pid]);
+        kill("-KILL", &children);
         let status = crate::poll_until(|| child.try_wait().unwrap());
         c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut got = Vec::new();
