@@ -475,8 +475,11 @@ pub(crate) trait Sink {
     /// this a no-op: a cork would hold each small piece back.
     fn cork(&self, _on: bool) {}
     /// A long body to a socket the kernel paces goes out with few bytes left unsent in
-    /// the kernel, where that costs less than a full send buffer ([`UNSENT_ON_THIS_HOST`]).
-    fn short_unsent(&self) {}
+    /// the kernel, where that costs less than a full send buffer ([`UNSENT_ON_THIS_HOST`]):
+    /// whether it now does.
+    fn short_unsent(&self) -> bool {
+        false
+    }
     /// Whether bytes already taken are still held on this side (TLS records the socket
     /// did not take yet): a flush is over only when none are.
     #[inline]
@@ -517,11 +520,10 @@ impl Sink for TcpStream {
         let _ = sys::set_cork(self, on);
     }
 
-    fn short_unsent(&self) {
+    fn short_unsent(&self) -> bool {
         // Only where the client is on this host; a socket that refuses it is served as before.
-        if sys::peer_on_this_host(self).unwrap_or(false) {
-            let _ = sys::set_unsent_limit(self, UNSENT_ON_THIS_HOST);
-        }
+        sys::peer_on_this_host(self).unwrap_or(false)
+            && sys::set_unsent_limit(self, UNSENT_ON_THIS_HOST).is_ok()
     }
 
     async fn writable(&self, timeout: Duration) -> Result<(), WriteError> {
@@ -549,21 +551,25 @@ async fn send_file<S: Sink>(
     let mut waited = false;
     let mut sent = 0u64;
     let cut = cut(len, sink);
-    // Corked when longer than one chunk: every segment leaves full, the last at the uncork.
-    // sendfile moves 64 KiB of pages into the socket at a time and lets go of the socket
-    // between them; in that moment the other CPU, taking the client's ACKs, sends whatever
-    // the socket holds, so uncorked a 1 MiB call to a loopback client (segments of 65,483
-    // bytes) went out in segments of 40 KB on average: 2,450 data segments for a 100 MB
-    // body instead of 1,690 (bench/results/2026-11-28-cork/). Bodies of 100-200 KB corked
-    // came in no fewer segments at c50 and mostly cost more CPU, so shorter ones are not.
-    // (On 2026-11-25's host a cork halved the 100 MB rate; this host does not reproduce
-    // that.) An error ends the connection, so only success uncorks.
-    let corked = len > SENDFILE_CHUNK;
+    // Longer than one chunk, to a paced client on this host: a short unsent queue, and no
+    // cork. Otherwise corked: every segment leaves full, the last at the uncork. sendfile
+    // moves 64 KiB of pages into the socket at a time and lets go of the socket between
+    // them; in that moment the other CPU, taking the client's ACKs, sends whatever the
+    // socket holds, so uncorked a 1 MiB call to a loopback client with a full send buffer
+    // (segments of 65,483 bytes) went out in segments of 40 KB on average: 2,450 data
+    // segments for a 100 MB body instead of 1,690 (bench/results/2026-11-28-cork/). With the
+    // short queue little is left for the other CPU, and the cork turned against it: BBR's
+    // pacing timer then sent nearly every segment (190-270 timers per 100 MB body against
+    // 0-2 uncorked), and 100 MB to 4 discarding loopback clients went at 49-65 responses a
+    // second against 63-78 uncorked; to 4 copying clients, uncorked, 0.97x by the median,
+    // in 1,900 segments a body instead of 1,620 (bench/results/2026-11-29-uncorked/).
+    // Bodies of 100-200 KB corked came in no fewer segments at c50 and mostly cost more CPU,
+    // so shorter ones are not. An error ends the connection, so only success uncorks.
+    let long = len > SENDFILE_CHUNK;
+    let short = long && matches!(cut, Cut::Paced(_)) && sink.short_unsent();
+    let corked = long && !short;
     if corked {
         sink.cork(true);
-        if let Cut::Paced(_) = cut {
-            sink.short_unsent();
-        }
     }
     // The window being read ahead, which starts at `resident_to`: bytes below it were found
     // in the page cache (or read in) a moment ago.

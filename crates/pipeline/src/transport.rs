@@ -223,9 +223,10 @@ impl Sink for Transport {
         }
     }
 
-    fn short_unsent(&self) {
-        if let Transport::Plain(s) = self {
-            Sink::short_unsent(s)
+    fn short_unsent(&self) -> bool {
+        match self {
+            Transport::Plain(s) => Sink::short_unsent(s),
+            Transport::Tls(_) => false,
         }
     }
 

@@ -641,8 +641,49 @@ fn read_all_on_a_thread(mut c: std::net::TcpStream) -> std::thread::JoinHandle<u
     })
 }
 
-/// A long body to a paced loopback client leaves few bytes unsent in the kernel; one to a
-/// socket that is not paced leaves the kernel's default.
+/// A real transport whose file sends note whether its socket was corked as they went.
+struct Watched<'a> {
+    t: &'a crate::transport::Transport,
+    sends: Cell<usize>,
+    corked_sends: Cell<usize>,
+}
+
+impl Sink for Watched<'_> {
+    fn try_writev(&self, iov: &[IoSlice<'_>], more: bool) -> io::Result<usize> {
+        Sink::try_writev(self.t, iov, more)
+    }
+
+    fn try_sendfile(&self, file: &File, offset: u64, len: usize) -> io::Result<usize> {
+        self.sends.set(self.sends.get() + 1);
+        if ramjet_runtime::sys::corked(self.t.socket()).unwrap() {
+            self.corked_sends.set(self.corked_sends.get() + 1);
+        }
+        Sink::try_sendfile(self.t, file, offset, len)
+    }
+
+    fn max_segment(&self) -> Option<usize> {
+        Sink::max_segment(self.t)
+    }
+
+    fn paced(&self) -> bool {
+        Sink::paced(self.t)
+    }
+
+    async fn writable(&self, timeout: Duration) -> Result<(), WriteError> {
+        Sink::writable(self.t, timeout).await
+    }
+
+    fn cork(&self, on: bool) {
+        Sink::cork(self.t, on)
+    }
+
+    fn short_unsent(&self) -> bool {
+        Sink::short_unsent(self.t)
+    }
+}
+
+/// A long body to a paced loopback client leaves few bytes unsent in the kernel and goes
+/// uncorked; one to a socket that is not paced leaves the kernel's default and goes corked.
 #[test]
 fn a_long_body_to_a_paced_client_on_this_host_keeps_its_unsent_bytes_short() {
     for bbr in [false, true] {
@@ -659,17 +700,75 @@ fn a_long_body_to_a_paced_client_on_this_host_keeps_its_unsent_bytes_short() {
             let len = super::SENDFILE_CHUNK + 1;
             let reader = read_all_on_a_thread(c);
             let mut out = file_response(&vec![7u8; len as usize]);
-            out.flush(&t, Duration::from_secs(5), None).await.unwrap();
+            let w = Watched {
+                t: &t,
+                sends: Cell::new(0),
+                corked_sends: Cell::new(0),
+            };
+            out.flush(&w, Duration::from_secs(5), None).await.unwrap();
             let after = ramjet_runtime::sys::unsent_limit(t.socket()).unwrap();
+            assert!(w.sends.get() > 1, "{cc}: {} sends", w.sends.get());
             if bbr {
                 assert_eq!(after, super::UNSENT_ON_THIS_HOST);
+                assert_eq!(w.corked_sends.get(), 0, "{cc}");
             } else {
                 assert_eq!(after, before, "{cc}");
+                assert_eq!(w.corked_sends.get(), w.sends.get(), "{cc}");
             }
+            assert!(!ramjet_runtime::sys::corked(t.socket()).unwrap(), "{cc}");
             drop(t);
             assert_eq!(reader.join().unwrap(), 1 + len as usize);
         });
     }
+}
+
+/// A long body the kernel does not pace arrives in full segments: corked while sendfile
+/// fills the socket, the kernel never sends the part of a segment filled so far. Seen from
+/// the receiving socket: its bytes over its data segments (`TCP_INFO`) against the sender's
+/// segment size. The reader drops the body in the kernel as it comes (`MSG_TRUNC`), as fast a
+/// reader as there is: without the cork its segments came to about 40 KB of loopback's 65 KB
+/// (under BBR, before a paced client on this host went uncorked).
+#[test]
+fn a_long_corked_body_arrives_in_full_segments() {
+    const LEN: usize = 32 << 20;
+    block_on(async {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        let t = crate::transport::Transport::Plain(s);
+        ramjet_runtime::sys::set_congestion_control(t.socket(), "reno").unwrap();
+        c.set_nonblocking(true).unwrap();
+        let want = 2 * (1 + LEN);
+        let reader = std::thread::spawn(move || {
+            let mut scratch = vec![std::mem::MaybeUninit::<u8>::uninit(); 1 << 20];
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            let mut left = want;
+            while left > 0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{left} bytes never came"
+                );
+                let n = left.min(scratch.len());
+                match ramjet_runtime::sys::recv_discard(&c, &mut scratch[..n]) {
+                    Ok(0) => panic!("closed with {left} bytes to come"),
+                    Ok(n) => left -= n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            ramjet_runtime::sys::data_segments_in(&c).unwrap()
+        });
+        for _ in 0..2 {
+            let mut out = file_response(&vec![7u8; LEN]);
+            out.flush(&t, Duration::from_secs(30), None).await.unwrap();
+        }
+        let (segments, mss) = reader.join().unwrap();
+        let per_segment = want / segments as usize;
+        assert!(
+            per_segment * 10 >= mss as usize * 9,
+            "{want} bytes came in {segments} segments, {per_segment} each; segments of {mss}"
+        );
+    });
 }
 
 /// What a sink that asks for its own chunk size is given.
@@ -680,6 +779,8 @@ struct Chunked {
     corks: RefCell<Vec<(bool, usize)>>,
     /// How many times a short unsent queue was asked for.
     shorts: std::cell::Cell<usize>,
+    /// Whether the sink takes a short unsent queue when asked (a client on this host).
+    short: bool,
     mss: usize,
     paced: bool,
 }
@@ -691,6 +792,7 @@ impl Chunked {
             calls: RefCell::new(Vec::new()),
             corks: RefCell::new(Vec::new()),
             shorts: std::cell::Cell::new(0),
+            short: false,
             mss,
             paced,
         }
@@ -728,8 +830,9 @@ impl Sink for Chunked {
         self.corks.borrow_mut().push((on, before));
     }
 
-    fn short_unsent(&self) {
+    fn short_unsent(&self) -> bool {
         self.shorts.set(self.shorts.get() + 1);
+        self.short
     }
 
     async fn writable(&self, _timeout: Duration) -> Result<(), WriteError> {
@@ -793,10 +896,31 @@ fn chunked_sends(mss: usize, paced: bool, cases: &[(u64, Vec<usize>)]) {
             vec![]
         };
         assert_eq!(sink.corks.into_inner(), corks, "{len}");
-        // A short unsent queue for a corked body to a paced sink, once; never otherwise.
+        // A short unsent queue asked for a long body to a paced sink, once; never otherwise.
         let shorts = usize::from(paced && len > super::SENDFILE_CHUNK);
         assert_eq!(sink.shorts.get(), shorts, "{len}");
         assert_eq!(&sink.calls.into_inner(), calls, "{len}");
+    }
+}
+
+/// A long body to a paced sink that takes a short unsent queue (a client on this host) is
+/// not corked; one that does not take it is; a body of one chunk is neither.
+#[test]
+fn a_long_body_with_a_short_unsent_queue_goes_uncorked() {
+    let chunk = super::SENDFILE_CHUNK;
+    for (len, short, corks, shorts) in [
+        (chunk + 1, true, vec![], 1),
+        (chunk + 1, false, vec![(true, 0), (false, 5)], 1),
+        (chunk, true, vec![], 0),
+    ] {
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let mut out = file_response(&data);
+        let mut sink = Chunked::new(60_000, true);
+        sink.short = short;
+        block_on(out.flush(&sink, Duration::from_secs(5), None)).unwrap();
+        assert!(sink.out.into_inner()[1..] == data, "{len} bytes differ");
+        assert_eq!(sink.corks.into_inner(), corks, "{len} {short}");
+        assert_eq!(sink.shorts.get(), shorts, "{len} {short}");
     }
 }
 
