@@ -33,6 +33,9 @@ PROFILES = [
     # server's sending sets the pace; the figure to read is the server CPU per request.
     ("100MB x4 (discarding receiver)", "/100m.bin", 4, ["--discard-body"]),
     ("100MB x4 (copying receiver)", "/100m.bin", 4, []),
+    # One download alone: no other connection's send to overlap with.
+    ("100MB x1 (discarding receiver)", "/100m.bin", 1, ["--discard-body"]),
+    ("100MB x1 (copying receiver)", "/100m.bin", 1, []),
 ]
 FILES = {"empty.bin": 0, "4k.bin": 4096, "21k.bin": 22_016, "100k.bin": 100_000,
          "100m.bin": 100 << 20}

@@ -1,7 +1,7 @@
 import json,statistics,sys
 d=json.load(open(sys.argv[1]))['runs']
 for row,by in d.items():
-    r=by['wrk']
+    r=by[sys.argv[2] if len(sys.argv) > 2 else 'wrk']
     out=[]
     for peer in r:
         if peer=='ramjet' or peer=='minhttpd': continue
