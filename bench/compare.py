@@ -4,8 +4,10 @@
 Each server runs with one worker pinned to CPU 0; the load runs pinned to CPU 1, driven by
 `wrk -t1`, by `ramjet bench -t1`, or by both (--client). Every profile is repeated ROUNDS
 times with the server order rotated; the report gives the median run, server CPU time from
-/proc/PID/stat, requests per server-CPU-second, ratios to nginx, and (with both clients)
-how the two clients compare. --sweep adds open-loop rate sweeps of chosen servers with an
+/proc/PID/stat, requests per server-CPU-second, ratios to nginx, ramjet against its best
+peer paired by round (each round's ramjet run over the same round's peer run, the median:
+the regression guard, since the machine's speed moves between rounds), and (with both
+clients) how the two clients compare. --sweep adds open-loop rate sweeps of chosen servers with an
 SVG plot. Usage (as root; bench/compare installs the peers first):
 
     bench/compare --out bench/results/$(date +%F) [--rounds 3] [--duration 8] [--client both]
@@ -212,18 +214,32 @@ class Server:
         self.name = name
         self.dir = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
         (self.dir / "nginx-body").mkdir()
-        cmd = ["taskset", "-c", "0"] + server_cmd(name, self.dir, ramjet_bin, cold)
+        self.start(["taskset", "-c", "0"] + server_cmd(name, self.dir, ramjet_bin, cold), PORTS[name])
+
+    def start(self, cmd, port):
+        """Run `cmd` and wait until it answers on `port`, refusing a port that answers
+        already: a server left there would be measured in this one's place, its CPU uncounted."""
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        except OSError:
+            pass
+        else:
+            raise RuntimeError(f"port {port} already answers before {self.name} starts: stop what listens there")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.dir / "stderr", "w"),
                                      preexec_fn=raise_nofile)
         deadline = time.time() + 10
         while time.time() < deadline:
+            if self.proc.poll() is not None:
+                break
             try:
-                socket.create_connection(("127.0.0.1", PORTS[name]), timeout=0.2).close()
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
                 break
             except OSError:
                 time.sleep(0.05)
         else:
-            raise RuntimeError(f"{name} did not start: {(self.dir / 'stderr').read_text()}")
+            raise RuntimeError(f"{self.name} did not start: {(self.dir / 'stderr').read_text()}")
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"{self.name} exited ({self.proc.returncode}): {(self.dir / 'stderr').read_text()}")
         self.pids = [self.proc.pid]
 
     def cpu_ticks(self):
@@ -482,6 +498,38 @@ def fmt(v, digits=0):
     return f"{v:,.{digits}f}"
 
 
+def paired(runs, subject="ramjet", keys=("rps", "rps_per_cpu_s"), floor=False):
+    """ramjet's run divided by each peer's run of the same round, the median over the rounds,
+    per key: {peer: {key: ratio}}. The machine's speed moves between rounds (a 6 s run of one
+    server came out near 165k or near 130k req/s on the small files), so a ratio of medians
+    can pair a fast round with a slow one; a ratio within a round cannot. `runs` maps a
+    server to its runs in round order (one per round). floor=True: the floor servers
+    (FLOOR_ONLY) only, which are not peers."""
+    mine = runs.get(subject) or []
+    out = {}
+    for peer, theirs in runs.items():
+        if peer == subject or (peer in FLOOR_ONLY) != floor or not theirs or len(theirs) != len(mine):
+            continue
+        out[peer] = {k: statistics.median(a[k] / b[k] for a, b in zip(mine, theirs) if b[k])
+                     for k in keys if any(b[k] for b in theirs)}
+    return out
+
+
+def paired_line(runs, subject="ramjet"):
+    """One report line: each peer's paired ratios, and the lowest (the row's figure)."""
+    by_peer = paired(runs, subject)
+    if not by_peer:
+        return None
+    parts = [f"{peer} {r['rps']:.2f}x / {r['rps_per_cpu_s']:.2f}x" for peer, r in by_peer.items()
+             if "rps" in r and "rps_per_cpu_s" in r]
+    worst = {k: min(by_peer.items(), key=lambda kv: kv[1].get(k, float("inf"))) for k in ("rps", "rps_per_cpu_s")}
+    floors = "".join(f" Against {n}, the floor: {r['rps']:.2f}x / {r['rps_per_cpu_s']:.2f}x."
+                     for n, r in paired(runs, subject, floor=True).items())
+    return (f"Paired by round, {subject} ÷ peer (req/s / per CPU-s): " + "; ".join(parts)
+            + f". Lowest: req/s {worst['rps'][1]['rps']:.2f}x {worst['rps'][0]}, "
+            + f"per CPU-s {worst['rps_per_cpu_s'][1]['rps_per_cpu_s']:.2f}x {worst['rps_per_cpu_s'][0]}." + floors)
+
+
 def order(per_server):
     return [n for n, _ in sorted(per_server.items(), key=lambda kv: -kv[1]["rps"])]
 
@@ -507,6 +555,23 @@ def report(results, servers, clients, args, out):
         "The 2004 page profiles fetch a 21.5 KB page and its two 25 KB images in turn on each connection;",
         "pages/s = req/s / 3.", "",
     ]
+    summary = []
+    for profile, per_client in results["runs"].items():
+        for client, runs in per_client.items():
+            by_peer = paired(runs)
+            if by_peer and "ramjet" in servers:
+                low = {k: min(by_peer.items(), key=lambda kv: kv[1].get(k, float("inf"))) for k in ("rps", "rps_per_cpu_s")}
+                summary.append(f"| {profile} | {'wrk' if client == 'wrk' else 'ramjet bench'} "
+                               f"| {low['rps'][1]['rps']:.2f}x {low['rps'][0]} "
+                               f"| {low['rps_per_cpu_s'][1]['rps_per_cpu_s']:.2f}x {low['rps_per_cpu_s'][0]} | "
+                               + ", ".join(f"{n} {r['rps']:.2f}x / {r['rps_per_cpu_s']:.2f}x"
+                                           for n, r in paired(runs, floor=True).items()) + " |")
+    if summary:
+        lines += ["## ramjet against the best peer, paired by round", "",
+                  "Each round's ramjet run divided by the same round's run of each peer, the median over the",
+                  "rounds; the row's figure is the lowest against any peer (the guard: below 1.00x is a lost row).", "",
+                  "The last column is the floor server where it ran (req/s / per CPU-s); it is not a peer.", "",
+                  "| profile | client | req/s | per server CPU-s | floor |", "|---|---|---|---|---|"] + summary + [""]
     for profile, per_client in results["median"].items():
         page = profile.startswith("2004")
         lines += [f"## {profile}", "",
@@ -532,6 +597,9 @@ def report(results, servers, clients, args, out):
             runs = results["runs"][profile].get(client, {})
             lines.append(f"All runs, {client} (req/s): " + "; ".join(
                 f"{n} " + ", ".join(fmt(r['rps']) for r in runs[n]) for n in servers if runs.get(n)))
+            line = paired_line(runs)
+            if line:
+                lines += ["", f"{client}: {line}"]
         lines.append("")
     if len(clients) == 2:
         lines += ["## The two clients side by side", "",

@@ -184,19 +184,7 @@ class Proc(compare.Server):
     def __init__(self, name, cmd, port, cpu):
         self.name = name
         self.dir = Path(tempfile.mkdtemp(prefix=f"proxy-bench-{name}-"))
-        full = ["taskset", "-c", str(cpu)] + cmd(self.dir)
-        self.proc = subprocess.Popen(full, stdout=subprocess.DEVNULL, stderr=open(self.dir / "stderr", "w"),
-                                     preexec_fn=compare.raise_nofile)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            raise RuntimeError(f"{name} did not start: {(self.dir / 'stderr').read_text()}")
-        self.pids = [self.proc.pid]
+        self.start(["taskset", "-c", str(cpu)] + cmd(self.dir), port)
 
 
 def wrk(port, profile, duration):
@@ -344,6 +332,19 @@ def report(results, names, args, out):
             versions[cmd[0]] = (p.stdout + p.stderr).splitlines()[0]
         except OSError:
             pass
+    pairs = []
+    for profile, per in results.items():
+        by_peer = compare.paired(per)
+        if by_peer:
+            pairs.append(f"- {profile}: " + "; ".join(
+                f"{peer} {r['rps']:.2f}x req/s, {r['rps_per_cpu_s']:.2f}x per proxy CPU-s"
+                for peer, r in by_peer.items() if "rps" in r and "rps_per_cpu_s" in r))
+            for peer, r in by_peer.items():
+                summary[profile][peer]["ramjet_paired"] = r
+    if pairs:
+        lines += ["", "ramjet paired by round (ramjet's run ÷ the peer's run of the same round, the median "
+                  "over the rounds; the machine's speed moves between rounds, which a ratio of medians "
+                  "does not cancel):", ""] + pairs
     lines += ["", "Every round, in the order run:", ""] + rounds
     lines += ["", "Versions: " + "; ".join(versions.values()), ""]
     (out / "proxy.md").write_text("\n".join(lines) + "\n")
