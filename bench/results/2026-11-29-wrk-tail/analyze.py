@@ -43,3 +43,8 @@ for d, fd, a, e in lat[:3]:
     ts = [t0 for f, t0, t1, b, n in runs if f == fd and t0 >= a and t1 <= e]
     gaps = sorted((ts[i+1]-ts[i] for i in range(len(ts)-1)), reverse=True)[:3]
     print("   longest waits between its own runs ms:", [round(g/1e6,1) for g in gaps])
+    own = sorted(b for f, t0, t1, b, n in runs if t0 >= a and t1 <= e and f == fd)
+    other = sorted(b for f, t0, t1, b, n in runs if t0 >= a and t1 <= e and f != fd)
+    if own and other:
+        print(f"   its runs: {len(own)}, median {own[len(own)//2]/1e3:.0f} KB; the other fds' runs: {len(other)}, "
+              f"median {other[len(other)//2]/1e3:.0f} KB, largest {other[-1]/1e6:.0f} MB")
