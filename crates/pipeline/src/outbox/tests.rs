@@ -6,6 +6,7 @@ use std::cell::{Cell, RefCell};
 use std::fs::File;
 use std::io::{self, IoSlice, Write};
 use std::os::unix::fs::FileExt;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -783,6 +784,9 @@ struct Chunked {
     short: bool,
     mss: usize,
     paced: bool,
+    /// A count other tasks advance when they run; each sendfile call records its value.
+    turns: Option<Rc<Cell<u64>>>,
+    at_turn: RefCell<Vec<u64>>,
 }
 
 impl Chunked {
@@ -795,6 +799,8 @@ impl Chunked {
             short: false,
             mss,
             paced,
+            turns: None,
+            at_turn: RefCell::new(Vec::new()),
         }
     }
 }
@@ -814,6 +820,9 @@ impl Sink for Chunked {
         file.read_exact_at(&mut buf, offset).unwrap();
         self.out.borrow_mut().extend_from_slice(&buf);
         self.calls.borrow_mut().push(len);
+        if let Some(t) = &self.turns {
+            self.at_turn.borrow_mut().push(t.get());
+        }
         Ok(len)
     }
 
@@ -900,6 +909,64 @@ fn chunked_sends(mss: usize, paced: bool, cases: &[(u64, Vec<usize>)]) {
         let shorts = usize::from(paced && len > super::SENDFILE_CHUNK);
         assert_eq!(sink.shorts.get(), shorts, "{len}");
         assert_eq!(&sink.calls.into_inner(), calls, "{len}");
+    }
+}
+
+/// A fast reader holds the worker for at most a chunk (256 KiB) between turns of the event
+/// loop, and a long body does not turn it more often than that: a call of (nearly) a chunk
+/// yields after itself, paced calls of one offload unit after every fourth.
+#[test]
+fn a_long_body_lets_the_other_tasks_run_after_each_chunk_of_bytes() {
+    for (paced, calls_per_turn) in [(false, 1), (true, 4)] {
+        let len = 10 * super::SENDFILE_CHUNK + 1;
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let mut out = file_response(&data);
+        let mut sink = Chunked::new(60_000, paced);
+        let turns = Rc::new(Cell::new(0u64));
+        sink.turns = Some(turns.clone());
+        let done = Rc::new(Cell::new(false));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        tokio::task::LocalSet::new().block_on(&rt, async {
+            // Another task of the worker: it counts each time it gets to run.
+            let other = tokio::task::spawn_local({
+                let (turns, done) = (turns.clone(), done.clone());
+                async move {
+                    while !done.get() {
+                        turns.set(turns.get() + 1);
+                        tokio::task::yield_now().await;
+                    }
+                }
+            });
+            out.flush(&sink, Duration::from_secs(5), None)
+                .await
+                .unwrap();
+            done.set(true);
+            other.await.unwrap();
+        });
+        assert!(sink.out.into_inner()[1..] == data, "bytes differ");
+        // The calls between two turns of the other task: how many, how many bytes.
+        let (calls, at) = (sink.calls.into_inner(), sink.at_turn.into_inner());
+        let mut runs: Vec<(usize, u64)> = Vec::new();
+        for (i, (&n, &t)) in calls.iter().zip(&at).enumerate() {
+            if i == 0 || t != at[i - 1] {
+                runs.push((0, 0));
+            }
+            let run = runs.last_mut().unwrap();
+            run.0 += 1;
+            run.1 += n as u64;
+        }
+        assert!(runs.len() > 5, "{paced}: {runs:?}");
+        assert!(
+            runs.iter().all(|r| r.1 <= super::SENDFILE_CHUNK),
+            "{paced}: {runs:?}"
+        );
+        let whole = &runs[..runs.len() - 1];
+        assert!(
+            whole.iter().all(|r| r.0 == calls_per_turn),
+            "{paced}: {runs:?}"
+        );
     }
 }
 
