@@ -209,6 +209,15 @@ AsyncRequestWorkerFactor 300
     raise ValueError(name)
 
 
+def answers(port):
+    """Whether something accepts a connection on 127.0.0.1:port."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
 class Server:
     def __init__(self, name, ramjet_bin, cold=False):
         self.name = name
@@ -219,23 +228,15 @@ class Server:
     def start(self, cmd, port):
         """Run `cmd` and wait until it answers on `port`, refusing a port that answers
         already: a server left there would be measured in this one's place, its CPU uncounted."""
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-        except OSError:
-            pass
-        else:
+        if answers(port):
             raise RuntimeError(f"port {port} already answers before {self.name} starts: stop what listens there")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.dir / "stderr", "w"),
                                      preexec_fn=raise_nofile)
         deadline = time.time() + 10
         while time.time() < deadline:
-            if self.proc.poll() is not None:
+            if self.proc.poll() is not None or answers(port):
                 break
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+            time.sleep(0.05)
         else:
             raise RuntimeError(f"{self.name} did not start: {(self.dir / 'stderr').read_text()}")
         if self.proc.poll() is not None:
@@ -517,19 +518,30 @@ def paired(runs, subject="ramjet", keys=("rps", "rps_per_cpu_s"), floor=False):
     return out
 
 
+def both(r):
+    """A paired entry as "req/s / per CPU-s"."""
+    return f"{r['rps']:.2f}x / {r['rps_per_cpu_s']:.2f}x"
+
+
+def lowest(by_peer):
+    """Per key, the lowest paired ratio and its peer, as "0.98x nginx": the row's figure."""
+    out = {}
+    for k in ("rps", "rps_per_cpu_s"):
+        peer, r = min(by_peer.items(), key=lambda kv: kv[1].get(k, float("inf")))
+        out[k] = f"{r[k]:.2f}x {peer}"
+    return out
+
+
 def paired_line(runs, subject="ramjet"):
     """One report line: each peer's paired ratios, and the lowest (the row's figure)."""
     by_peer = paired(runs, subject)
     if not by_peer:
         return None
-    parts = [f"{peer} {r['rps']:.2f}x / {r['rps_per_cpu_s']:.2f}x" for peer, r in by_peer.items()
-             if "rps" in r and "rps_per_cpu_s" in r]
-    worst = {k: min(by_peer.items(), key=lambda kv: kv[1].get(k, float("inf"))) for k in ("rps", "rps_per_cpu_s")}
-    floors = "".join(f" Against {n}, the floor: {r['rps']:.2f}x / {r['rps_per_cpu_s']:.2f}x."
-                     for n, r in paired(runs, subject, floor=True).items())
+    parts = [f"{peer} {both(r)}" for peer, r in by_peer.items() if "rps" in r and "rps_per_cpu_s" in r]
+    low = lowest(by_peer)
+    floors = "".join(f" Against {n}, the floor: {both(r)}." for n, r in paired(runs, subject, floor=True).items())
     return (f"Paired by round, {subject} ÷ peer (req/s / per CPU-s): " + "; ".join(parts)
-            + f". Lowest: req/s {worst['rps'][1]['rps']:.2f}x {worst['rps'][0]}, "
-            + f"per CPU-s {worst['rps_per_cpu_s'][1]['rps_per_cpu_s']:.2f}x {worst['rps_per_cpu_s'][0]}." + floors)
+            + f". Lowest: req/s {low['rps']}, per CPU-s {low['rps_per_cpu_s']}." + floors)
 
 
 def order(per_server):
@@ -562,12 +574,10 @@ def report(results, servers, clients, args, out):
         for client, runs in per_client.items():
             by_peer = paired(runs)
             if by_peer and "ramjet" in servers:
-                low = {k: min(by_peer.items(), key=lambda kv: kv[1].get(k, float("inf"))) for k in ("rps", "rps_per_cpu_s")}
+                low = lowest(by_peer)
                 summary.append(f"| {profile} | {'wrk' if client == 'wrk' else 'ramjet bench'} "
-                               f"| {low['rps'][1]['rps']:.2f}x {low['rps'][0]} "
-                               f"| {low['rps_per_cpu_s'][1]['rps_per_cpu_s']:.2f}x {low['rps_per_cpu_s'][0]} | "
-                               + ", ".join(f"{n} {r['rps']:.2f}x / {r['rps_per_cpu_s']:.2f}x"
-                                           for n, r in paired(runs, floor=True).items()) + " |")
+                               f"| {low['rps']} | {low['rps_per_cpu_s']} | "
+                               + ", ".join(f"{n} {both(r)}" for n, r in paired(runs, floor=True).items()) + " |")
     if summary:
         lines += ["## ramjet against the best peer, paired by round", "",
                   "Each round's ramjet run divided by the same round's run of each peer, the median over the",

@@ -21,7 +21,6 @@ workers, which close the connection after every response too. Usage (as root):
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
